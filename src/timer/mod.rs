@@ -1,0 +1,677 @@
+//! A hashed timing wheel with Netty's `HashedWheelTimer` semantics.
+//!
+//! # Model
+//!
+//! One timer owns one worker thread, started lazily by the first
+//! [`new_timeout`](HashedWheelTimer::new_timeout) (or by
+//! [`start`](HashedWheelTimer::start)). The wheel is a ring of `2^k`
+//! buckets; the bucket of tick `t` is `t & (2^k - 1)`.
+//!
+//! * `new_timeout` never touches the wheel: it pushes the timeout onto a
+//!   lock-free pending queue and returns its [`Timeout`] handle.
+//! * `cancel` is a compare-and-swap on the timeout's state plus a push onto a
+//!   cancelled queue.
+//! * Tick `t` covers `[start + t·tick, start + (t+1)·tick)`. The worker
+//!   processes it once it has ended: it drains the cancelled queue
+//!   (unlinking those timeouts), moves at most 100,000 pending timeouts into
+//!   buckets, and then fires, in FIFO order, every timeout of bucket
+//!   `t & mask` whose deadline falls in tick `t` or earlier.
+//!
+//! A timeout therefore fires at most once, never before its deadline, never
+//! after a `cancel()` that returned `true`, and normally within one tick
+//! after its deadline (later only if the worker is kept busy by slow tasks
+//! or by more than 100,000 new timeouts per tick).
+//!
+//! # Implementation
+//!
+//! In layers, following tokio's time driver: `wheel.rs` is the data
+//! structure in integer ticks (slab-backed doubly-linked buckets whose keys
+//! carry a generation), `timeout.rs` the per-timeout state, `clock.rs` the
+//! time source, `worker.rs` the tick loop. Timeouts move from producers to
+//! the worker over two crossbeam channels (pending, cancelled).
+//!
+//! Netty wakes up every tick. This worker processes every tick in order
+//! while there is something to do, but when nothing can be due before some
+//! later tick it sleeps until that tick (or forever, on an empty timer), and
+//! a producer whose deadline comes earlier wakes it. An idle timer costs no
+//! CPU.
+//!
+//! # Where redwheel differs from Netty
+//!
+//! * A stopped timer's `new_timeout` fails without leaking a pending count
+//!   (Netty HWT-N03), and timeouts cancelled by `stop()` stop being counted
+//!   (HWT-L09). A `new_timeout` that races with `stop()` fails, or has its
+//!   timeout returned by `stop()`, instead of being stranded (HWT-L10).
+//! * `ticks_per_wheel` above `2^30` is an error, not an allocation failure.
+//! * A mis-placed timeout (Netty throws from the worker) cannot exist: the
+//!   due tick is stored, and the worker only processes a tick after it ended.
+//! * Cancelled timeouts are processed at the start of a tick (Netty 4.1's
+//!   order), so `pending_timeouts()` drops by one at the next tick boundary.
+//! * The worker thread is spawned on start, not created beforehand (Rust
+//!   threads cannot exist unstarted).
+//! * Tasks that panic are caught and logged with `tracing`; the worker goes
+//!   on. Netty's `TimerTask.cancelled()` callback and `Timeout.timer()` /
+//!   `task()` accessors have no equivalent: a cancelled task is dropped
+//!   (implement `Drop` on what it captures to observe that).
+
+mod clock;
+mod timeout;
+mod wheel;
+mod worker;
+
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::{Arc, OnceLock};
+use std::thread::{self, JoinHandle, ThreadId};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+pub use self::clock::{Clock, ManualClock, SystemClock};
+pub use self::timeout::Timeout;
+pub use crate::error::TimerError;
+
+use self::clock::Parker;
+use self::timeout::TimeoutInner;
+use self::worker::Pending;
+
+/// A task as the timer stores it: run at most once, on expiry, with its
+/// timeout's handle.
+pub type TimerTask = Box<dyn FnOnce(&Timeout) + Send + 'static>;
+
+/// Most timeouts the worker moves from the pending queue into buckets per
+/// tick, so that a producer adding in a tight loop cannot starve expiry.
+pub const TRANSFER_CAP: usize = 100_000;
+
+/// Live timers above which one warning is logged (each timer owns a
+/// thread; share one instead).
+pub const INSTANCE_COUNT_LIMIT: usize = 64;
+
+/// Largest `ticks_per_wheel`, after rounding up to a power of two.
+pub const MAX_TICKS_PER_WHEEL: usize = wheel::MAX_BUCKETS;
+
+/// Shortest tick; shorter ones are raised to it (with a warning).
+pub const MIN_TICK: Duration = Duration::from_millis(1);
+
+const WORKER_INIT: u8 = 0;
+const WORKER_STARTED: u8 = 1;
+const WORKER_SHUTDOWN: u8 = 2;
+
+/// `start_ns` before the worker has published its start time.
+const START_UNSET: u64 = u64::MAX;
+
+static LIVE_TIMERS: AtomicUsize = AtomicUsize::new(0);
+static WARNED_TOO_MANY: AtomicBool = AtomicBool::new(false);
+
+/// Runs expired tasks somewhere other than the worker thread.
+///
+/// By default a task runs on the timer's worker thread, so a slow task
+/// delays every later timeout. Give the builder an executor (a thread pool,
+/// a channel to one) and the worker only hands each expired [`Job`] over.
+///
+/// Any `Fn(Job) + Send + Sync` closure is an executor that never rejects.
+pub trait Executor: Send + Sync + 'static {
+    /// Runs `job` now or later, on any thread. Returning `Err(job)` rejects
+    /// it: the timer logs a warning and drops the job, whose timeout stays
+    /// expired (Netty's behaviour for a rejecting executor).
+    fn execute(&self, job: Job) -> Result<(), Job>;
+}
+
+impl<F> Executor for F
+where
+    F: Fn(Job) + Send + Sync + 'static,
+{
+    fn execute(&self, job: Job) -> Result<(), Job> {
+        self(job);
+        Ok(())
+    }
+}
+
+/// An expired timeout and its task, handed to an [`Executor`].
+pub struct Job {
+    timeout: Timeout,
+    task: TimerTask,
+}
+
+impl Job {
+    /// Runs the task. A panic in the task is caught and logged.
+    pub fn run(self) {
+        run_task(self.task, &self.timeout);
+    }
+
+    /// The expired timeout this job belongs to.
+    pub fn timeout(&self) -> &Timeout {
+        &self.timeout
+    }
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `task`, catching and logging a panic.
+fn run_task(task: TimerTask, timeout: &Timeout) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| task(timeout))) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic payload".to_owned());
+        tracing::warn!(
+            target: "redwheel::timer",
+            deadline = ?timeout.deadline(),
+            "a timer task panicked: {what}"
+        );
+    }
+}
+
+/// Configures and builds a [`HashedWheelTimer`].
+///
+/// Defaults are Netty's: a 100 ms tick, 512 ticks per wheel, no limit on
+/// pending timeouts, tasks run on the worker thread, the real clock.
+pub struct Builder {
+    tick: Duration,
+    ticks_per_wheel: usize,
+    max_pending: usize,
+    thread_name: String,
+    executor: Option<Arc<dyn Executor>>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            tick: Duration::from_millis(100),
+            ticks_per_wheel: 512,
+            max_pending: 0,
+            thread_name: "redwheel-timer".to_owned(),
+            executor: None,
+            clock: None,
+        }
+    }
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("tick_duration", &self.tick)
+            .field("ticks_per_wheel", &self.ticks_per_wheel)
+            .field("max_pending", &self.max_pending)
+            .field("thread_name", &self.thread_name)
+            .field("executor", &self.executor.is_some())
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl Builder {
+    /// Length of one tick: the timer's resolution. Zero is an error; below
+    /// 1 ms it is raised to 1 ms with a warning. Default 100 ms.
+    pub fn tick_duration(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// Number of buckets, rounded up to a power of two; `1..=2^30`.
+    /// Default 512.
+    pub fn ticks_per_wheel(mut self, n: usize) -> Self {
+        self.ticks_per_wheel = n;
+        self
+    }
+
+    /// Most timeouts pending at once (scheduled, not yet fired or
+    /// cancelled); past it `new_timeout` returns
+    /// [`TimerError::TooManyPending`]. `0`, the default, means no limit.
+    pub fn max_pending(mut self, max: usize) -> Self {
+        self.max_pending = max;
+        self
+    }
+
+    /// Name of the worker thread. Default `redwheel-timer`.
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.thread_name = name.into();
+        self
+    }
+
+    /// Runs expired tasks on `executor` instead of the worker thread.
+    pub fn executor(mut self, executor: impl Executor) -> Self {
+        self.executor = Some(Arc::new(executor));
+        self
+    }
+
+    /// Takes time from `clock` ([`SystemClock`] by default; a
+    /// [`ManualClock`] in tests).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Checks the arguments and builds the timer. Its thread starts with the
+    /// first timeout.
+    pub fn build(self) -> Result<HashedWheelTimer, TimerError> {
+        if self.tick.is_zero() {
+            return Err(TimerError::InvalidArgument {
+                name: "tick_duration",
+                reason: "must be greater than zero".to_owned(),
+            });
+        }
+        let wheel_len = wheel::wheel_length(self.ticks_per_wheel, MAX_TICKS_PER_WHEEL)
+            .ok_or_else(|| TimerError::InvalidArgument {
+                name: "ticks_per_wheel",
+                reason: format!(
+                    "{} is not in 1..={MAX_TICKS_PER_WHEEL}",
+                    self.ticks_per_wheel
+                ),
+            })?;
+        // Netty's overflow guard, before the 1 ms raise: one turn of the
+        // wheel must be representable in signed 64-bit nanoseconds.
+        let tick_ns = u64::try_from(self.tick.as_nanos()).unwrap_or(u64::MAX);
+        if tick_ns >= i64::MAX as u64 / wheel_len as u64 {
+            return Err(TimerError::InvalidArgument {
+                name: "tick_duration",
+                reason: format!(
+                    "{:?} × {wheel_len} buckets overflows 64-bit nanoseconds",
+                    self.tick
+                ),
+            });
+        }
+        let tick_ns = if self.tick < MIN_TICK {
+            tracing::warn!(
+                target: "redwheel::timer",
+                "tick_duration {:?} is below the minimum; using {:?}",
+                self.tick,
+                MIN_TICK
+            );
+            MIN_TICK.as_nanos() as u64
+        } else {
+            tick_ns
+        };
+        if self.thread_name.contains('\0') {
+            return Err(TimerError::InvalidArgument {
+                name: "thread_name",
+                reason: "must not contain a NUL character".to_owned(),
+            });
+        }
+        let (pending_tx, pending_rx) = crossbeam_channel::unbounded();
+        let (cancelled_tx, cancelled_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            state: AtomicU8::new(WORKER_INIT),
+            start_ns: AtomicU64::new(START_UNSET),
+            start_lock: Mutex::new(()),
+            start_cv: Condvar::new(),
+            pending_count: AtomicUsize::new(0),
+            max_pending: self.max_pending,
+            tick_ns,
+            wheel_len,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
+            pending_tx,
+            pending_rx,
+            cancelled_tx,
+            cancelled_rx,
+            sleeping_until: AtomicU64::new(0),
+            dozing: AtomicBool::new(false),
+            parker: Parker::default(),
+            worker: Mutex::new(None),
+            worker_id: OnceLock::new(),
+            worker_exited: AtomicBool::new(false),
+            executor: self.executor,
+            thread_name: self.thread_name,
+            counted: AtomicBool::new(true),
+        });
+        let live = LIVE_TIMERS.fetch_add(1, Ordering::Relaxed) + 1;
+        if live > INSTANCE_COUNT_LIMIT
+            && WARNED_TOO_MANY
+                .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                target: "redwheel::timer",
+                live,
+                "more than {INSTANCE_COUNT_LIMIT} HashedWheelTimers are alive; each owns a \
+                 thread, so share one timer instead of creating many"
+            );
+        }
+        Ok(HashedWheelTimer {
+            handle: Arc::new(Handle { shared }),
+        })
+    }
+}
+
+/// A hashed wheel timer: runs tasks after a delay, on one worker thread.
+///
+/// A cheap-to-clone handle; every clone drives the same wheel, and every
+/// method takes `&self`. Dropping the last clone stops the worker thread
+/// (tasks still pending are dropped without running), as
+/// [`stop`](HashedWheelTimer::stop) does.
+#[derive(Clone)]
+pub struct HashedWheelTimer {
+    handle: Arc<Handle>,
+}
+
+/// Owned by the `HashedWheelTimer` clones only (not by `Timeout`s or the
+/// worker), so its drop means "the last timer handle is gone".
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let shared = &self.shared;
+        if shared.on_worker_thread() {
+            // A task dropped the last handle: the worker cannot join itself.
+            // It sees the shutdown when the task returns and exits; its
+            // leftover tasks are dropped with the detached thread's result.
+            shared.state.store(WORKER_SHUTDOWN, Ordering::SeqCst);
+            shared.parker.unpark();
+            shared.uncount();
+            drop(shared.worker.lock().take());
+            return;
+        }
+        if let Ok(leftovers) = shared.shutdown() {
+            shared.cancel_all(leftovers);
+        }
+    }
+}
+
+impl fmt::Debug for HashedWheelTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.handle.shared;
+        let state = match s.state.load(Ordering::Relaxed) {
+            WORKER_INIT => "init",
+            WORKER_STARTED => "started",
+            _ => "shutdown",
+        };
+        f.debug_struct("HashedWheelTimer")
+            .field("tick_duration", &Duration::from_nanos(s.tick_ns))
+            .field("ticks_per_wheel", &s.wheel_len)
+            .field("pending_timeouts", &s.pending_count.load(Ordering::Relaxed))
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl HashedWheelTimer {
+    /// A builder with Netty's defaults.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Schedules `task` to run once, `delay` from now.
+    ///
+    /// The task runs on the worker thread (or the executor) at the end of
+    /// the tick that contains its deadline, never earlier. A zero delay runs
+    /// it at the end of the current tick. A delay too large to represent
+    /// (`Duration::MAX`) never fires but can be cancelled.
+    ///
+    /// Fails with [`TimerError::Stopped`] after [`stop`](Self::stop), and
+    /// with [`TimerError::TooManyPending`] when `max_pending` is reached. On
+    /// failure the task is dropped without running.
+    pub fn new_timeout<F>(&self, delay: Duration, task: F) -> Result<Timeout, TimerError>
+    where
+        F: FnOnce(&Timeout) + Send + 'static,
+    {
+        self.handle.shared.new_timeout(delay, Box::new(task))
+    }
+
+    /// Starts the worker thread if it is not running yet. Optional: the
+    /// first `new_timeout` does it. Returns once the worker has recorded its
+    /// start time. Fails after `stop`.
+    pub fn start(&self) -> Result<(), TimerError> {
+        self.handle.shared.start()
+    }
+
+    /// Stops the worker and returns the timeouts that never ran: every one
+    /// that was neither expired nor cancelled, each now cancelled (their
+    /// tasks are dropped). Waits for a running task to finish.
+    ///
+    /// A second `stop` returns an empty list at once. Called from a task on
+    /// the worker thread it fails with [`TimerError::StopFromTask`] and the
+    /// timer keeps running.
+    pub fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+        let shared = &self.handle.shared;
+        if shared.on_worker_thread() {
+            return Err(TimerError::StopFromTask);
+        }
+        let leftovers = shared.shutdown()?;
+        Ok(shared.cancel_all(leftovers))
+    }
+
+    /// Timeouts scheduled and not yet fired or cancelled. A cancelled
+    /// timeout stops counting when the worker processes the cancellation, at
+    /// the next tick boundary.
+    pub fn pending_timeouts(&self) -> usize {
+        self.handle.shared.pending_count.load(Ordering::SeqCst)
+    }
+
+    /// The current time on the timer's clock, on the same scale as
+    /// [`Timeout::deadline`].
+    pub fn now(&self) -> Duration {
+        self.handle.shared.clock.now()
+    }
+
+    /// The tick length in use (after the 1 ms minimum was applied).
+    pub fn tick_duration(&self) -> Duration {
+        Duration::from_nanos(self.handle.shared.tick_ns)
+    }
+
+    /// The number of buckets (a power of two).
+    pub fn ticks_per_wheel(&self) -> usize {
+        self.handle.shared.wheel_len
+    }
+}
+
+/// State shared by the timer handles, the timeouts and the worker.
+pub(crate) struct Shared {
+    state: AtomicU8,
+    /// The worker's start time on the clock, in ns; `START_UNSET` before.
+    start_ns: AtomicU64,
+    start_lock: Mutex<()>,
+    start_cv: Condvar,
+    pending_count: AtomicUsize,
+    max_pending: usize,
+    tick_ns: u64,
+    wheel_len: usize,
+    clock: Arc<dyn Clock>,
+    pending_tx: Sender<Pending>,
+    pending_rx: Receiver<Pending>,
+    cancelled_tx: Sender<Arc<TimeoutInner>>,
+    cancelled_rx: Receiver<Arc<TimeoutInner>>,
+    /// While the worker sleeps: the start (ns on the clock) of the tick it
+    /// will process next. A producer whose deadline comes before it wakes
+    /// the worker. Zero while the worker is awake.
+    sleeping_until: AtomicU64,
+    /// The worker sleeps past the end of the current tick, so a cancellation
+    /// must wake it to be processed within a tick.
+    dozing: AtomicBool,
+    parker: Parker,
+    worker: Mutex<Option<JoinHandle<Vec<Pending>>>>,
+    worker_id: OnceLock<ThreadId>,
+    /// The worker has collected its leftovers and will touch no queue again.
+    worker_exited: AtomicBool,
+    executor: Option<Arc<dyn Executor>>,
+    thread_name: String,
+    /// This timer is still counted in `LIVE_TIMERS`.
+    counted: AtomicBool,
+}
+
+impl Shared {
+    fn on_worker_thread(&self) -> bool {
+        self.worker_id.get() == Some(&thread::current().id())
+    }
+
+    fn is_shutdown(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == WORKER_SHUTDOWN
+    }
+
+    fn uncount(&self) {
+        if self.counted.swap(false, Ordering::Relaxed) {
+            LIVE_TIMERS.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn start(self: &Arc<Self>) -> Result<(), TimerError> {
+        if self.start_ns.load(Ordering::Acquire) != START_UNSET {
+            return if self.is_shutdown() {
+                Err(TimerError::Stopped)
+            } else {
+                Ok(())
+            };
+        }
+        match self.state.compare_exchange(
+            WORKER_INIT,
+            WORKER_STARTED,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => {
+                let shared = Arc::clone(self);
+                let spawned = thread::Builder::new()
+                    .name(self.thread_name.clone())
+                    .spawn(move || worker::run(shared));
+                match spawned {
+                    Ok(handle) => *self.worker.lock() = Some(handle),
+                    Err(e) => {
+                        self.state.store(WORKER_SHUTDOWN, Ordering::SeqCst);
+                        self.worker_exited.store(true, Ordering::SeqCst);
+                        self.uncount();
+                        self.publish_start(0);
+                        return Err(TimerError::Spawn(e));
+                    }
+                }
+            }
+            Err(WORKER_STARTED) => {}
+            Err(_) => return Err(TimerError::Stopped),
+        }
+        let mut guard = self.start_lock.lock();
+        while self.start_ns.load(Ordering::Acquire) == START_UNSET {
+            self.start_cv.wait(&mut guard);
+        }
+        Ok(())
+    }
+
+    /// Called by the worker (or a failed spawn) once: releases `start()`.
+    fn publish_start(&self, start_ns: u64) {
+        let _guard = self.start_lock.lock();
+        self.start_ns.store(start_ns, Ordering::Release);
+        self.start_cv.notify_all();
+    }
+
+    fn new_timeout(self: &Arc<Self>, delay: Duration, task: TimerTask) -> Result<Timeout, TimerError> {
+        let pending = self.pending_count.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.max_pending > 0 && pending > self.max_pending {
+            self.pending_count.fetch_sub(1, Ordering::SeqCst);
+            return Err(TimerError::TooManyPending {
+                pending: pending - 1,
+                max: self.max_pending,
+            });
+        }
+        if let Err(e) = self.start() {
+            self.pending_count.fetch_sub(1, Ordering::SeqCst);
+            return Err(e);
+        }
+        let now = nanos(self.clock.now());
+        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        let deadline = now.saturating_add(delay);
+        let inner = Arc::new(TimeoutInner::new(deadline));
+        let timeout = Timeout {
+            inner: Arc::clone(&inner),
+            timer: Some(Arc::clone(self)),
+        };
+        // The receiver lives in `self`, so the send cannot fail.
+        let _ = self.pending_tx.send(Pending { inner, task });
+        // Pairs with the fence in the worker before it sleeps: either it
+        // sees this timeout in the queue, or we see how long it sleeps.
+        fence(Ordering::SeqCst);
+        if deadline < self.sleeping_until.load(Ordering::Relaxed) {
+            self.parker.unpark();
+        }
+        if self.is_shutdown() {
+            // `stop()` raced with us. Either the worker's final drain took
+            // this timeout (and `stop()` returns it cancelled), or nobody
+            // will: cancel it here. Both ways it never runs.
+            timeout.cancel();
+            return Err(TimerError::Stopped);
+        }
+        Ok(timeout)
+    }
+
+    /// A timeout was cancelled: queue it for the worker.
+    fn cancelled(&self, inner: Arc<TimeoutInner>) {
+        let _ = self.cancelled_tx.send(inner);
+        fence(Ordering::SeqCst);
+        if self.dozing.load(Ordering::Relaxed) {
+            self.parker.unpark();
+        }
+        if self.is_shutdown() {
+            self.drain_after_shutdown();
+        }
+    }
+
+    /// After shutdown nobody may be left to process the queues: count out
+    /// cancellations here, and once the worker is gone drop what is left in
+    /// the pending queue. Each message is received once, by whoever drains.
+    fn drain_after_shutdown(&self) {
+        while self.cancelled_rx.try_recv().is_ok() {
+            self.pending_count.fetch_sub(1, Ordering::SeqCst);
+        }
+        if self.worker_exited.load(Ordering::SeqCst) {
+            while self.pending_rx.try_recv().is_ok() {}
+        }
+    }
+
+    /// Moves to SHUTDOWN, joins the worker and returns the timeouts it
+    /// collected (neither expired nor cancelled).
+    fn shutdown(&self) -> Result<Vec<Pending>, TimerError> {
+        match self.state.swap(WORKER_SHUTDOWN, Ordering::SeqCst) {
+            WORKER_SHUTDOWN => return Ok(Vec::new()),
+            WORKER_INIT => {
+                self.worker_exited.store(true, Ordering::SeqCst);
+                self.uncount();
+                self.publish_start(0);
+                return Ok(Vec::new());
+            }
+            _ => {}
+        }
+        self.parker.unpark();
+        let handle = self.worker.lock().take();
+        let leftovers = match handle.map(JoinHandle::join) {
+            Some(Ok(leftovers)) => leftovers,
+            Some(Err(_)) => {
+                tracing::error!(target: "redwheel::timer", "the timer's worker thread panicked");
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        self.uncount();
+        self.drain_after_shutdown();
+        Ok(leftovers)
+    }
+
+    /// Cancels the timeouts `stop()` collected and returns those whose
+    /// cancellation succeeded (a concurrent user `cancel` may have won).
+    fn cancel_all(self: &Arc<Self>, leftovers: Vec<Pending>) -> Vec<Timeout> {
+        let mut never_ran = Vec::with_capacity(leftovers.len());
+        for Pending { inner, task } in leftovers {
+            drop(task);
+            let timeout = Timeout {
+                inner,
+                timer: Some(Arc::clone(self)),
+            };
+            if timeout.cancel() {
+                never_ran.push(timeout);
+            }
+        }
+        never_ran
+    }
+}
+
+/// A clock reading in nanoseconds (saturating; 584 years fit).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,168 @@
+//! The [`Timeout`] handle and the state machine it shares with the worker.
+//!
+//! # State
+//!
+//! One `AtomicU64` per timeout holds both its state (low two bits) and the
+//! packed [`Key`] of its wheel entry (the other 62 bits):
+//!
+//! ```text
+//!   INIT ──cancel() wins the CAS──▶ CANCELLED   (final)
+//!     │
+//!     └──worker wins the CAS──────▶ EXPIRED     (final; the task then runs)
+//! ```
+//!
+//! Only those two moves exist, each a compare-and-swap from `INIT`, so a
+//! timeout fires at most once, and never after a `cancel()` that returned
+//! `true`. The key bits are written only by the worker (when it places the
+//! timeout in a bucket), with a CAS loop that keeps the state bits; `cancel`
+//! keeps the key bits. Packing both into one word saves eight bytes per
+//! pending timeout.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::Shared;
+use super::wheel::Key;
+
+const STATE_MASK: u64 = 0b11;
+const ST_INIT: u64 = 0;
+const ST_CANCELLED: u64 = 1;
+const ST_EXPIRED: u64 = 2;
+
+/// What a timeout shares between its handles and the worker.
+pub(crate) struct TimeoutInner {
+    /// Nanoseconds on the timer's clock (since the clock's origin);
+    /// `u64::MAX` means "never".
+    pub(crate) deadline: u64,
+    word: AtomicU64,
+}
+
+impl TimeoutInner {
+    pub(crate) fn new(deadline: u64) -> Self {
+        TimeoutInner {
+            deadline,
+            word: AtomicU64::new(Key::PACKED_NONE | ST_INIT),
+        }
+    }
+
+    fn state(&self) -> u64 {
+        self.word.load(Ordering::Acquire) & STATE_MASK
+    }
+
+    fn transition(&self, to: u64) -> bool {
+        self.word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w & STATE_MASK == ST_INIT).then_some((w & !STATE_MASK) | to)
+            })
+            .is_ok()
+    }
+
+    /// INIT → CANCELLED. True only for the caller that made the move.
+    pub(crate) fn try_cancel(&self) -> bool {
+        self.transition(ST_CANCELLED)
+    }
+
+    /// INIT → EXPIRED, by the worker just before it runs the task.
+    pub(crate) fn try_expire(&self) -> bool {
+        self.transition(ST_EXPIRED)
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.state() == ST_CANCELLED
+    }
+
+    /// Records where the worker put this timeout (worker only).
+    pub(crate) fn set_key(&self, key: Key) {
+        let packed = key.pack();
+        // The state bits may change concurrently (a cancel); keep them.
+        let _ = self
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(packed | (w & STATE_MASK))
+            });
+    }
+
+    /// Where the worker put this timeout, if it did (worker only).
+    pub(crate) fn key(&self) -> Option<Key> {
+        Key::unpack(self.word.load(Ordering::Acquire))
+    }
+}
+
+/// A handle on one scheduled task, returned by
+/// [`HashedWheelTimer::new_timeout`](super::HashedWheelTimer::new_timeout)
+/// and passed to the task when it runs.
+///
+/// Cheap to clone; all clones refer to the same timeout. Dropping a handle
+/// does not cancel the timeout. A handle never panics, even long after its
+/// timer was stopped or dropped.
+#[derive(Clone)]
+pub struct Timeout {
+    pub(crate) inner: Arc<TimeoutInner>,
+    /// The timer, for `cancel` to reach the worker. `None` on the handles the
+    /// worker passes to running tasks: those timeouts are expired, so
+    /// `cancel` has nothing to do, and the worker saves a reference-count
+    /// round trip per expiry.
+    pub(crate) timer: Option<Arc<Shared>>,
+}
+
+impl Timeout {
+    /// Cancels the timeout: its task will never run.
+    ///
+    /// Returns `true` only if this call moved the timeout from pending to
+    /// cancelled; `false` if it had already expired (its task runs or ran)
+    /// or was already cancelled. The worker unlinks a cancelled timeout and
+    /// frees it, and [`pending_timeouts`](super::HashedWheelTimer::pending_timeouts)
+    /// stops counting it, within one tick.
+    pub fn cancel(&self) -> bool {
+        if !self.inner.try_cancel() {
+            return false;
+        }
+        if let Some(shared) = &self.timer {
+            shared.cancelled(self.inner.clone());
+        }
+        true
+    }
+
+    /// True if [`cancel`](Timeout::cancel) succeeded on this timeout (or
+    /// [`stop`](super::HashedWheelTimer::stop) cancelled it).
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.state() == ST_CANCELLED
+    }
+
+    /// True once the worker has claimed the timeout to run its task: it may
+    /// be about to run, running, or done. Never true together with
+    /// [`is_cancelled`](Timeout::is_cancelled).
+    pub fn is_expired(&self) -> bool {
+        self.inner.state() == ST_EXPIRED
+    }
+
+    /// When the task becomes due, as time since the origin of the timer's
+    /// [`Clock`](super::Clock) (see
+    /// [`HashedWheelTimer::now`](super::HashedWheelTimer::now)).
+    /// `Duration::from_nanos(u64::MAX)` for a delay too large to represent,
+    /// which never fires.
+    pub fn deadline(&self) -> Duration {
+        Duration::from_nanos(self.inner.deadline)
+    }
+
+    /// True if both handles refer to the same timeout.
+    pub fn ptr_eq(&self, other: &Timeout) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl fmt::Debug for Timeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.inner.state() {
+            ST_INIT => "pending",
+            ST_CANCELLED => "cancelled",
+            _ => "expired",
+        };
+        f.debug_struct("Timeout")
+            .field("deadline", &self.deadline())
+            .field("state", &state)
+            .finish()
+    }
+}

@@ -1,0 +1,530 @@
+//! The wheel as a pure data structure, in integer ticks.
+//!
+//! No clock, no threads, no locks, no atomics: the worker (`worker.rs`) owns
+//! one [`Wheel`] and is the only thing that touches it. Everything here is
+//! tested single-threaded at the bottom of this file.
+//!
+//! # Representation
+//!
+//! * `buckets.len()` is a power of two, so the bucket of tick `t` is
+//!   `t & mask` (Netty's `tick & mask`).
+//! * Entries live in a [`Slab`]. Each bucket is a FIFO doubly-linked list of
+//!   slab indices (`prev` / `next`), so unlinking an entry is O(1) in safe
+//!   code. The two ends of a list do not hold a bare "nil": the head's `prev`
+//!   and the tail's `next` hold `END | bucket`, so a node that is removed at
+//!   an end knows which bucket's head or tail to update without a search
+//!   and without spending memory on a bucket field.
+//! * Every slab index has a generation (`gens`), bumped each time the index is
+//!   handed out. A [`Key`] is `(index, generation)`: a stale key, whose entry
+//!   has already fired or been removed and whose index was reused, is
+//!   recognised and ignored instead of removing somebody else's entry.
+//! * An entry's *due tick* is the tick during whose processing it fires.
+//!   Netty stores `remainingRounds = (due - tick) / len` and decrements it on
+//!   every visit of the bucket; we store the due tick itself (derived from the
+//!   entry by the caller's `due_of` function), which carries the same
+//!   information, makes a visit read-only for entries that are not yet due,
+//!   and lets the worker skip runs of ticks in which nothing can be due.
+//!   [`remaining_rounds`] gives Netty's number for any entry.
+//! * Each bucket keeps `min_due`, a lower bound of the due ticks in it: it is
+//!   lowered on insert, recomputed exactly on every visit, and left alone on
+//!   removal (where it stays a valid lower bound). An occupancy bitmap lets
+//!   [`Wheel::next_due`] skip empty buckets a word at a time.
+
+use slab::Slab;
+
+/// Marks a link as a list end; the low bits then hold the bucket index.
+const END: u32 = 1 << 31;
+
+/// "No node": an empty bucket's head and tail, and the index of no key.
+const NIL: u32 = u32::MAX;
+
+fn is_end(link: u32) -> bool {
+    link & END != 0
+}
+
+fn end_of(bucket: usize) -> u32 {
+    debug_assert!(bucket < END as usize);
+    END | bucket as u32
+}
+
+/// Generations are kept to 30 bits so that a key packs, with the two state
+/// bits of a timeout, into one `u64` (see [`Key::pack`]).
+const GEN_MASK: u32 = (1 << 30) - 1;
+
+/// Largest number of entries a wheel can hold: a link's top bit is the
+/// [`END`] tag, so slab indices stay below `2^31`.
+pub(crate) const MAX_ENTRIES: usize = (END - 1) as usize;
+
+/// Largest number of buckets: bucket indices must fit beside the tag.
+pub(crate) const MAX_BUCKETS: usize = 1 << 30;
+
+/// Netty's `remainingRounds` for an entry due at tick `due`, seen at tick
+/// `tick` on a wheel of `len` buckets: the number of further full turns of
+/// the wheel before it fires. Zero when it is due this turn (or overdue).
+#[cfg(test)]
+pub(crate) fn remaining_rounds(due: u64, tick: u64, len: u64) -> u64 {
+    debug_assert!(len.is_power_of_two(), "wheel length {len} is not a power of two");
+    due.saturating_sub(tick) / len
+}
+
+/// The bucket an entry due at `due` goes into when it is placed at `tick`:
+/// never a bucket in the past (an overdue entry goes into the current one).
+pub(crate) fn bucket_index(due: u64, tick: u64, mask: u64) -> usize {
+    (due.max(tick) & mask) as usize
+}
+
+/// Smallest power of two `>= n`, or `None` when there is none within `max`.
+pub(crate) fn wheel_length(n: usize, max: usize) -> Option<usize> {
+    if n == 0 {
+        return None;
+    }
+    n.checked_next_power_of_two().filter(|&len| len <= max)
+}
+
+/// Handle on one entry of a [`Wheel`]: a slab index and its generation.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Key {
+    index: u32,
+    generation: u32,
+}
+
+impl Key {
+    /// Packs the key into the low 62 bits of a `u64`, shifted left by two
+    /// so the two low bits stay free for the caller.
+    pub(crate) fn pack(self) -> u64 {
+        ((u64::from(self.generation) << 32) | u64::from(self.index)) << 2
+    }
+
+    /// Inverse of [`Key::pack`] (ignores the two low bits). `None` for the
+    /// packed form of "no key" ([`Key::PACKED_NONE`]).
+    pub(crate) fn unpack(word: u64) -> Option<Key> {
+        let bits = word >> 2;
+        let index = (bits & 0xFFFF_FFFF) as u32;
+        if index == NIL {
+            return None;
+        }
+        Some(Key {
+            index,
+            generation: (bits >> 32) as u32 & GEN_MASK,
+        })
+    }
+
+    /// Packed "no key": an index of `NIL`.
+    pub(crate) const PACKED_NONE: u64 = (NIL as u64) << 2;
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    head: u32,
+    tail: u32,
+    /// Lower bound of the due ticks of the entries in this bucket
+    /// (`u64::MAX` when empty).
+    min_due: u64,
+}
+
+const EMPTY_BUCKET: Bucket = Bucket {
+    head: NIL,
+    tail: NIL,
+    min_due: u64::MAX,
+};
+
+#[derive(Debug)]
+struct Node<T> {
+    value: T,
+    prev: u32,
+    next: u32,
+}
+
+/// A hashed timing wheel of `T`s, in ticks.
+#[derive(Debug)]
+pub(crate) struct Wheel<T> {
+    mask: u64,
+    buckets: Box<[Bucket]>,
+    occupied: Box<[u64]>,
+    nodes: Slab<Node<T>>,
+    gens: Vec<u32>,
+}
+
+impl<T> Wheel<T> {
+    /// A wheel of `len` buckets. `len` must be a power of two (the timer's
+    /// builder guarantees it).
+    pub(crate) fn new(len: usize) -> Self {
+        assert!(
+            len.is_power_of_two() && len <= MAX_BUCKETS,
+            "wheel length {len} is not a power of two up to {MAX_BUCKETS}"
+        );
+        Wheel {
+            mask: len as u64 - 1,
+            buckets: vec![EMPTY_BUCKET; len].into_boxed_slice(),
+            occupied: vec![0; len.div_ceil(64)].into_boxed_slice(),
+            nodes: Slab::new(),
+            gens: Vec::new(),
+        }
+    }
+
+    /// Number of entries.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when the wheel holds no entry.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Places `value`, due at tick `due`, while the wheel is at tick `tick`.
+    /// It goes at the tail of bucket `max(due, tick) & mask`; its effective
+    /// due tick is `max(due, tick)`, so an overdue entry fires during the
+    /// processing of `tick`. Fails (handing `value` back) only when the wheel
+    /// already holds [`MAX_ENTRIES`] entries.
+    pub(crate) fn insert(&mut self, value: T, due: u64, tick: u64) -> Result<Key, T> {
+        if self.nodes.len() >= MAX_ENTRIES {
+            return Err(value);
+        }
+        let due = due.max(tick);
+        let b = bucket_index(due, tick, self.mask);
+        let tail = self.buckets[b].tail;
+        let index = self.nodes.insert(Node {
+            value,
+            prev: if tail == NIL { end_of(b) } else { tail },
+            next: end_of(b),
+        });
+        let index32 = index as u32;
+        if index >= self.gens.len() {
+            self.gens.resize(index + 1, 0);
+        }
+        let generation = (self.gens[index].wrapping_add(1)) & GEN_MASK;
+        self.gens[index] = generation;
+        let bucket = &mut self.buckets[b];
+        if tail == NIL {
+            bucket.head = index32;
+            self.occupied[b / 64] |= 1 << (b % 64);
+        } else {
+            self.nodes[tail as usize].next = index32;
+        }
+        bucket.tail = index32;
+        bucket.min_due = bucket.min_due.min(due);
+        Ok(Key {
+            index: index32,
+            generation,
+        })
+    }
+
+    /// Removes the entry `key` names. `None` when the key is stale (the
+    /// entry already left the wheel) or was never handed out by this wheel.
+    pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
+        let index = key.index as usize;
+        if self.gens.get(index) != Some(&key.generation) || !self.nodes.contains(index) {
+            return None;
+        }
+        Some(self.unlink(index))
+    }
+
+    /// Looks at the entry `key` names, if it is still in the wheel.
+    #[cfg(test)]
+    pub(crate) fn get(&self, key: Key) -> Option<&T> {
+        let index = key.index as usize;
+        if self.gens.get(index) != Some(&key.generation) {
+            return None;
+        }
+        self.nodes.get(index).map(|n| &n.value)
+    }
+
+    /// Unlinks slab entry `index` from the bucket it is in.
+    fn unlink(&mut self, index: usize) -> T {
+        let node = self.nodes.remove(index);
+        self.link_around(node.prev, node.next);
+        node.value
+    }
+
+    /// Takes out of the bucket of `tick` every entry due at or before `tick`
+    /// (in FIFO order) and hands each to `fire`. Entries due later stay, and
+    /// the bucket's `min_due` becomes exact. `due_of` gives an entry's due
+    /// tick as it was given to [`Wheel::insert`] (or any value between that
+    /// and the tick it was inserted at).
+    pub(crate) fn expire(
+        &mut self,
+        tick: u64,
+        due_of: impl Fn(&T) -> u64,
+        mut fire: impl FnMut(T),
+    ) {
+        let b = (tick & self.mask) as usize;
+        let mut cursor = self.buckets[b].head;
+        let mut min_due = u64::MAX;
+        while cursor != NIL && !is_end(cursor) {
+            let index = cursor as usize;
+            let node = &self.nodes[index];
+            cursor = node.next;
+            let due = due_of(&node.value);
+            if due <= tick {
+                fire(self.unlink(index));
+            } else {
+                debug_assert_eq!(
+                    due & self.mask,
+                    b as u64,
+                    "entry due at {due} sits in bucket {b} (tick {tick})"
+                );
+                min_due = min_due.min(due);
+            }
+        }
+        if self.buckets[b].head != NIL {
+            self.buckets[b].min_due = min_due;
+        }
+    }
+
+    /// Joins `prev` and `next` around a node just taken out of the slab.
+    /// An end link names the bucket whose head or tail changes; a bucket
+    /// left empty is reset and cleared from the bitmap.
+    fn link_around(&mut self, prev: u32, next: u32) {
+        if is_end(prev) {
+            let b = (prev & !END) as usize;
+            self.buckets[b].head = if is_end(next) { NIL } else { next };
+        } else {
+            self.nodes[prev as usize].next = next;
+        }
+        if is_end(next) {
+            let b = (next & !END) as usize;
+            self.buckets[b].tail = if is_end(prev) { NIL } else { prev };
+            if self.buckets[b].head == NIL {
+                self.buckets[b] = EMPTY_BUCKET;
+                self.occupied[b / 64] &= !(1 << (b % 64));
+            }
+        } else {
+            self.nodes[next as usize].prev = prev;
+        }
+    }
+
+    /// The earliest tick `>= tick` at which some entry can be due, or `None`
+    /// when the wheel is empty. It is a lower bound: the worker may wake up
+    /// at that tick and find nothing due (after removals), never later than
+    /// an entry's due tick.
+    pub(crate) fn next_due(&self, tick: u64) -> Option<u64> {
+        if self.is_empty() {
+            return None;
+        }
+        let len = self.buckets.len();
+        let start = (tick & self.mask) as usize;
+        let mut best = u64::MAX;
+        let mut distance = 0usize;
+        while distance < len {
+            let b = (start + distance) & self.mask as usize;
+            match self.next_occupied_from(b, len - distance) {
+                None => break,
+                Some(step) => {
+                    distance += step;
+                    let b = (start + distance) & self.mask as usize;
+                    let visit = tick + distance as u64;
+                    let min_due = self.buckets[b].min_due;
+                    debug_assert!(
+                        min_due >= visit,
+                        "bucket {b} has min_due {min_due} before its next visit {visit} (tick {tick})"
+                    );
+                    if min_due <= visit {
+                        return Some(visit);
+                    }
+                    best = best.min(min_due);
+                    distance += 1;
+                }
+            }
+        }
+        Some(best)
+    }
+
+    /// Distance from bucket `from` to the first occupied bucket at or after
+    /// it (cyclically), looking at most `limit` buckets ahead.
+    fn next_occupied_from(&self, from: usize, limit: usize) -> Option<usize> {
+        let len = self.buckets.len();
+        let mut distance = 0usize;
+        while distance < limit {
+            let b = (from + distance) & (len - 1);
+            let bit = b % 64;
+            // The bits of this word for buckets b.. up to the word's end or
+            // the wheel's end, whichever comes first (then we wrap to 0).
+            let span = (64 - bit).min(len - b);
+            let mut word = self.occupied[b / 64] >> bit;
+            if span < 64 {
+                word &= (1u64 << span) - 1;
+            }
+            if word != 0 {
+                let found = distance + word.trailing_zeros() as usize;
+                return (found < limit).then_some(found);
+            }
+            distance += span;
+        }
+        None
+    }
+
+    /// Takes every entry out of the wheel, in no particular order.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.buckets.fill(EMPTY_BUCKET);
+        self.occupied.fill(0);
+        self.nodes.drain().map(|n| n.value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn due_of(v: &(u64, u32)) -> u64 {
+        v.0
+    }
+
+    /// Expires tick `t` and returns the ids that fired.
+    fn fire(w: &mut Wheel<(u64, u32)>, t: u64) -> Vec<u32> {
+        let mut out = Vec::new();
+        w.expire(t, due_of, |(_, id)| out.push(id));
+        out
+    }
+
+    #[test]
+    fn remaining_rounds_matches_netty_for_every_small_case() {
+        // Netty: calculated = due; rounds = (calculated - tick) / len, truncating toward
+        // zero, so overdue entries get 0 (or a negative that behaves as 0).
+        for len in [1u64, 2, 4, 8, 512] {
+            for tick in 0..40u64 {
+                for due in 0..(tick + 5 * len) {
+                    let netty = (due as i64 - tick as i64) / len as i64;
+                    let ours = remaining_rounds(due, tick, len);
+                    assert_eq!(ours as i64, netty.max(0), "due {due} tick {tick} len {len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bucket_index_is_never_in_the_past() {
+        for mask in [0u64, 1, 3, 511] {
+            for tick in 0..1100u64 {
+                for due in tick.saturating_sub(3)..tick + 3 {
+                    let b = bucket_index(due, tick, mask) as u64;
+                    if due < tick {
+                        assert_eq!(b, tick & mask, "overdue goes to the current bucket");
+                    } else {
+                        assert_eq!(b, due & mask);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wheel_length_rounds_up_to_powers_of_two() {
+        let max = 1 << 30;
+        let cases = [(1, 1), (2, 2), (3, 4), (5, 8), (512, 512), (513, 1024), (max, max)];
+        for (n, len) in cases {
+            assert_eq!(wheel_length(n, max), Some(len), "ticks_per_wheel {n}");
+        }
+        assert_eq!(wheel_length(0, max), None);
+        assert_eq!(wheel_length(max + 1, max), None);
+        assert_eq!(wheel_length(usize::MAX, max), None);
+    }
+
+    #[test]
+    fn key_packs_and_unpacks() {
+        for (index, generation) in [(0u32, 1u32), (7, GEN_MASK), (END - 2, 12345)] {
+            let k = Key { index, generation };
+            assert_eq!(Key::unpack(k.pack()), Some(k));
+            assert_eq!(Key::unpack(k.pack() | 3), Some(k), "state bits are ignored");
+        }
+        assert_eq!(Key::unpack(Key::PACKED_NONE), None);
+        assert_eq!(Key::unpack(Key::PACKED_NONE | 2), None);
+    }
+
+    #[test]
+    fn entries_fire_at_their_due_tick_in_fifo_order() {
+        let mut w = Wheel::new(8);
+        w.insert((3, 1), 3, 0).unwrap();
+        w.insert((3, 2), 3, 0).unwrap();
+        w.insert((11, 3), 11, 0).unwrap(); // same bucket, one round later
+        w.insert((3, 4), 3, 0).unwrap();
+        for t in 0..3 {
+            assert!(fire(&mut w, t).is_empty());
+        }
+        assert_eq!(fire(&mut w, 3), vec![1, 2, 4]);
+        assert_eq!(w.len(), 1);
+        for t in 4..11 {
+            assert!(fire(&mut w, t).is_empty(), "tick {t}");
+        }
+        assert_eq!(fire(&mut w, 11), vec![3]);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn overdue_entries_fire_in_the_current_tick() {
+        let mut w = Wheel::new(4);
+        w.insert((2, 1), 2, 9).unwrap();
+        assert_eq!(fire(&mut w, 9), vec![1]);
+    }
+
+    #[test]
+    fn stale_keys_are_ignored_after_index_reuse() {
+        let mut w = Wheel::new(4);
+        let a = w.insert((1, 1), 1, 0).unwrap();
+        assert_eq!(w.remove(a), Some((1, 1)));
+        let b = w.insert((2, 2), 2, 0).unwrap();
+        assert_eq!(a.index, b.index, "the slab reuses the index");
+        assert_eq!(w.remove(a), None, "the stale key must not remove the new entry");
+        assert_eq!(w.get(a), None);
+        assert_eq!(w.get(b), Some(&(2, 2)));
+        assert_eq!(w.remove(b), Some((2, 2)));
+        assert_eq!(w.remove(b), None);
+    }
+
+    #[test]
+    fn remove_unlinks_head_middle_and_tail() {
+        for victim in 0..3usize {
+            let mut w = Wheel::new(4);
+            let keys: Vec<Key> = (0..3u32).map(|i| w.insert((1, i), 1, 0).unwrap()).collect();
+            assert_eq!(w.remove(keys[victim]), Some((1, victim as u32)));
+            let expect: Vec<u32> = (0..3u32).filter(|&i| i as usize != victim).collect();
+            assert_eq!(fire(&mut w, 1), expect);
+            assert!(w.is_empty());
+            assert_eq!(w.next_due(2), None);
+        }
+    }
+
+    #[test]
+    fn next_due_finds_the_earliest_possible_tick() {
+        let mut w: Wheel<(u64, u32)> = Wheel::new(8);
+        assert_eq!(w.next_due(0), None);
+        w.insert((21, 1), 21, 0).unwrap(); // bucket 5, two rounds ahead
+        assert_eq!(w.next_due(0), Some(21));
+        let k = w.insert((6, 2), 6, 0).unwrap();
+        assert_eq!(w.next_due(0), Some(6));
+        assert_eq!(w.next_due(6), Some(6));
+        w.remove(k);
+        // After a removal the bound may be early, never late.
+        assert!(w.next_due(0).unwrap() <= 21);
+        assert!(fire(&mut w, 6).is_empty());
+        assert_eq!(w.next_due(7), Some(21));
+        w.insert((7, 3), 7, 7).unwrap();
+        assert_eq!(w.next_due(7), Some(7));
+    }
+
+    #[test]
+    fn next_due_scans_large_sparse_wheels() {
+        let mut w: Wheel<(u64, u32)> = Wheel::new(1 << 12);
+        w.insert((4000, 1), 4000, 100).unwrap();
+        w.insert((70, 2), 70 + 3 * 4096, 60).unwrap();
+        assert_eq!(w.next_due(100), Some(4000));
+        assert_eq!(fire(&mut w, 4000), vec![1]);
+        assert_eq!(w.next_due(4001), Some(70 + 3 * 4096));
+    }
+
+    #[test]
+    fn drain_returns_everything_and_empties_the_wheel() {
+        let mut w = Wheel::new(4);
+        for i in 0..10u32 {
+            w.insert((u64::from(i), i), u64::from(i), 0).unwrap();
+        }
+        let mut all: Vec<u32> = w.drain().map(|v| v.1).collect();
+        all.sort();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
+        assert!(w.is_empty());
+        assert_eq!(w.next_due(0), None);
+        w.insert((1, 99), 1, 0).unwrap();
+        assert_eq!(fire(&mut w, 1), vec![99]);
+    }
+}

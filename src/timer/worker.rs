@@ -1,0 +1,254 @@
+//! The tick loop, run on the timer's worker thread.
+//!
+//! # Ground rules
+//!
+//! * Only this thread touches the [`Wheel`]; producers reach it through the
+//!   pending and cancelled queues.
+//! * Tick `t` is processed once the clock reads at least the end of `t`
+//!   (`start + (t+1)·tick`), so every timeout it fires has a deadline in the
+//!   past: nothing fires early.
+//! * Processing a tick: drain the cancelled queue (unlink, count out), move
+//!   at most [`TRANSFER_CAP`] pending timeouts into buckets (never into a past
+//!   bucket), then fire the due entries of the tick's bucket in FIFO order.
+//! * Ticks are processed one by one, in order, while there is work. When
+//!   the queues are empty and nothing in the wheel can be due before tick
+//!   `w`, the worker sleeps until the end of `w` (forever when the wheel is
+//!   empty) and then skips the ticks in between, which had nothing to do.
+//!   Before sleeping it publishes when it will wake (`sleeping_until`) and
+//!   re-checks the queues; a producer publishes its timeout and then reads
+//!   `sleeping_until` (both with a `SeqCst` fence), so a timeout due before
+//!   the wake-up is never missed.
+
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::thread;
+use std::time::Duration;
+
+use super::timeout::TimeoutInner;
+use super::wheel::Wheel;
+use super::{Job, Shared, TRANSFER_CAP, Timeout, TimerTask, nanos, run_task};
+
+/// A timeout on its way to, or in, the wheel: the shared state plus the
+/// task, which only the worker owns.
+pub(crate) struct Pending {
+    pub(crate) inner: Arc<TimeoutInner>,
+    pub(crate) task: TimerTask,
+}
+
+/// Deadline meaning "never" (a delay that overflowed).
+const NEVER: u64 = u64::MAX;
+
+struct Worker {
+    shared: Arc<Shared>,
+    wheel: Wheel<Pending>,
+    /// The next tick to process.
+    tick: u64,
+    /// The worker's start time on the clock, in ns.
+    start: u64,
+    tick_ns: u64,
+}
+
+/// The worker thread's body. Returns the timeouts that never ran (neither
+/// expired nor cancelled) once the timer shuts down.
+pub(crate) fn run(shared: Arc<Shared>) -> Vec<Pending> {
+    shared.clock.attach(&shared.parker);
+    let _ = shared.worker_id.set(thread::current().id());
+    let start = nanos(shared.clock.now());
+    shared.publish_start(start);
+    let mut worker = Worker {
+        wheel: Wheel::new(shared.wheel_len),
+        tick: 0,
+        start,
+        tick_ns: shared.tick_ns,
+        shared,
+    };
+    worker.run_loop();
+    let leftovers = worker.collect_leftovers();
+    worker.shared.parker.exit();
+    leftovers
+}
+
+impl Worker {
+    /// Due tick of a deadline: the tick that contains it.
+    fn due_tick(start: u64, tick_ns: u64, deadline: u64) -> u64 {
+        if deadline == NEVER {
+            u64::MAX
+        } else {
+            deadline.saturating_sub(start) / tick_ns
+        }
+    }
+
+    /// When tick `t` ends, in ns on the clock; `None` if never.
+    fn end_of(&self, t: u64) -> Option<u64> {
+        t.checked_add(1)
+            .and_then(|n| n.checked_mul(self.tick_ns))
+            .and_then(|d| d.checked_add(self.start))
+            .filter(|&e| e != u64::MAX)
+    }
+
+    fn run_loop(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        loop {
+            if shared.is_shutdown() {
+                return;
+            }
+            let now = nanos(shared.clock.now());
+            if self.end_of(self.tick).is_some_and(|end| now >= end) {
+                self.process_tick(now);
+                self.tick += 1;
+                continue;
+            }
+            // The current tick is still running: sleep, as long as we can.
+            let has_input = !shared.pending_rx.is_empty() || !shared.cancelled_rx.is_empty();
+            let wake_tick = if has_input {
+                Some(self.tick)
+            } else {
+                self.wheel.next_due(self.tick).map(|t| t.max(self.tick))
+            };
+            let wake_ns = wake_tick
+                .and_then(|t| t.checked_mul(self.tick_ns))
+                .and_then(|d| d.checked_add(self.start))
+                .unwrap_or(u64::MAX);
+            shared.sleeping_until.store(wake_ns, Ordering::SeqCst);
+            shared
+                .dozing
+                .store(wake_tick != Some(self.tick), Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let raced = !has_input
+                && (!shared.pending_rx.is_empty() || !shared.cancelled_rx.is_empty());
+            if !raced && !shared.is_shutdown() {
+                let deadline = wake_tick.and_then(|t| self.end_of(t));
+                shared
+                    .clock
+                    .park(&shared.parker, deadline.map(Duration::from_nanos));
+            }
+            shared.sleeping_until.store(0, Ordering::SeqCst);
+            shared.dozing.store(false, Ordering::SeqCst);
+            // Nothing in the wheel was due before `wake_tick`: skip the ticks
+            // that went by without anything to do.
+            let now = nanos(shared.clock.now());
+            let current = now.saturating_sub(self.start) / self.tick_ns;
+            let skip_to = match wake_tick {
+                Some(w) => current.min(w),
+                None => current,
+            };
+            self.tick = self.tick.max(skip_to);
+        }
+    }
+
+    fn process_tick(&mut self, now: u64) {
+        self.process_cancelled();
+        self.transfer();
+        self.expire(now);
+    }
+
+    /// Unlinks cancelled timeouts and counts them out.
+    fn process_cancelled(&mut self) {
+        let shared = &self.shared;
+        while let Ok(inner) = shared.cancelled_rx.try_recv() {
+            if let Some(key) = inner.key() {
+                // A stale key (entry already gone, index reused) is ignored
+                // by the wheel's generation check.
+                if let Some(entry) = self.wheel.remove(key) {
+                    debug_assert!(Arc::ptr_eq(&entry.inner, &inner));
+                    drop(entry);
+                }
+            }
+            shared.pending_count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Moves at most `TRANSFER_CAP` pending timeouts into buckets.
+    fn transfer(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        for _ in 0..TRANSFER_CAP {
+            let Ok(entry) = shared.pending_rx.try_recv() else {
+                return;
+            };
+            if entry.inner.is_cancelled() {
+                // Its cancellation, queued too, counts it out.
+                continue;
+            }
+            let due = Self::due_tick(self.start, self.tick_ns, entry.inner.deadline);
+            let inner = Arc::clone(&entry.inner);
+            match self.wheel.insert(entry, due, self.tick) {
+                Ok(key) => inner.set_key(key),
+                Err(entry) => {
+                    // 2^31 timeouts in one wheel: refuse this one loudly
+                    // rather than lose track of it.
+                    tracing::error!(
+                        target: "redwheel::timer",
+                        "the wheel is full; cancelling a timeout"
+                    );
+                    drop(entry);
+                    if inner.try_cancel() {
+                        shared.pending_count.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fires the due entries of the current tick's bucket.
+    fn expire(&mut self, now: u64) {
+        let (start, tick_ns, tick) = (self.start, self.tick_ns, self.tick);
+        let shared = &self.shared;
+        self.wheel.expire(
+            tick,
+            |e| Self::due_tick(start, tick_ns, e.inner.deadline),
+            |entry| {
+                debug_assert!(
+                    entry.inner.deadline <= now,
+                    "tick {tick} fires deadline {} at {now}",
+                    entry.inner.deadline
+                );
+                fire(shared, entry);
+            },
+        );
+    }
+
+    /// Takes every timeout that never ran out of the wheel and the pending
+    /// queue, and counts out the cancellations still queued.
+    fn collect_leftovers(&mut self) -> Vec<Pending> {
+        let shared = Arc::clone(&self.shared);
+        let mut leftovers: Vec<Pending> = self
+            .wheel
+            .drain()
+            .filter(|e| !e.inner.is_cancelled())
+            .collect();
+        while let Ok(entry) = shared.pending_rx.try_recv() {
+            if !entry.inner.is_cancelled() {
+                leftovers.push(entry);
+            }
+        }
+        while shared.cancelled_rx.try_recv().is_ok() {
+            shared.pending_count.fetch_sub(1, Ordering::SeqCst);
+        }
+        shared.worker_exited.store(true, Ordering::SeqCst);
+        leftovers
+    }
+}
+
+/// Claims a due entry and runs (or hands over) its task. An entry whose
+/// cancellation won the race is dropped: its queued cancellation counts it
+/// out.
+fn fire(shared: &Shared, entry: Pending) {
+    let Pending { inner, task } = entry;
+    if !inner.try_expire() {
+        return;
+    }
+    shared.pending_count.fetch_sub(1, Ordering::SeqCst);
+    let timeout = Timeout { inner, timer: None };
+    match &shared.executor {
+        None => run_task(task, &timeout),
+        Some(executor) => {
+            if let Err(job) = executor.execute(Job { timeout, task }) {
+                tracing::warn!(
+                    target: "redwheel::timer",
+                    deadline = ?job.timeout().deadline(),
+                    "the executor rejected an expired timer task; it will not run"
+                );
+            }
+        }
+    }
+}
