@@ -480,8 +480,8 @@ pub(crate) struct Shared {
     clock: Arc<dyn Clock>,
     pending_tx: Sender<Pending>,
     pending_rx: Receiver<Pending>,
-    cancelled_tx: Sender<Arc<TimeoutInner>>,
-    cancelled_rx: Receiver<Arc<TimeoutInner>>,
+    cancelled_tx: Sender<triomphe::Arc<TimeoutInner>>,
+    cancelled_rx: Receiver<triomphe::Arc<TimeoutInner>>,
     /// While the worker sleeps: the start (ns on the clock) of the tick it
     /// will process next. A producer whose deadline comes before it wakes
     /// the worker. Zero while the worker is awake.
@@ -578,9 +578,9 @@ impl Shared {
         let now = nanos(self.clock.now());
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         let deadline = now.saturating_add(delay);
-        let inner = Arc::new(TimeoutInner::new(deadline));
+        let inner = triomphe::Arc::new(TimeoutInner::new(deadline));
         let timeout = Timeout {
-            inner: Arc::clone(&inner),
+            inner: triomphe::Arc::clone(&inner),
             timer: Some(Arc::clone(self)),
         };
         // The receiver lives in `self`, so the send cannot fail.
@@ -602,7 +602,7 @@ impl Shared {
     }
 
     /// A timeout was cancelled: queue it for the worker.
-    fn cancelled(&self, inner: Arc<TimeoutInner>) {
+    fn cancelled(&self, inner: triomphe::Arc<TimeoutInner>) {
         let _ = self.cancelled_tx.send(inner);
         fence(Ordering::SeqCst);
         if self.dozing.load(Ordering::Relaxed) {

@@ -99,7 +99,8 @@ impl TimeoutInner {
 /// timer was stopped or dropped.
 #[derive(Clone)]
 pub struct Timeout {
-    pub(crate) inner: Arc<TimeoutInner>,
+    /// A `triomphe::Arc`: no weak count, eight bytes less per timeout.
+    pub(crate) inner: triomphe::Arc<TimeoutInner>,
     /// The timer, for `cancel` to reach the worker. `None` on the handles the
     /// worker passes to running tasks: those timeouts are expired, so
     /// `cancel` has nothing to do, and the worker saves a reference-count
@@ -149,7 +150,7 @@ impl Timeout {
 
     /// True if both handles refer to the same timeout.
     pub fn ptr_eq(&self, other: &Timeout) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        triomphe::Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 

@@ -31,7 +31,7 @@ use super::{Job, Shared, TRANSFER_CAP, Timeout, TimerTask, nanos, run_task};
 /// A timeout on its way to, or in, the wheel: the shared state plus the
 /// task, which only the worker owns.
 pub(crate) struct Pending {
-    pub(crate) inner: Arc<TimeoutInner>,
+    pub(crate) inner: triomphe::Arc<TimeoutInner>,
     pub(crate) task: TimerTask,
 }
 
@@ -150,7 +150,7 @@ impl Worker {
                 // A stale key (entry already gone, index reused) is ignored
                 // by the wheel's generation check.
                 if let Some(entry) = self.wheel.remove(key) {
-                    debug_assert!(Arc::ptr_eq(&entry.inner, &inner));
+                    debug_assert!(triomphe::Arc::ptr_eq(&entry.inner, &inner));
                     drop(entry);
                 }
             }
@@ -170,7 +170,7 @@ impl Worker {
                 continue;
             }
             let due = Self::due_tick(self.start, self.tick_ns, entry.inner.deadline);
-            let inner = Arc::clone(&entry.inner);
+            let inner = triomphe::Arc::clone(&entry.inner);
             match self.wheel.insert(entry, due, self.tick) {
                 Ok(key) => inner.set_key(key),
                 Err(entry) => {
