@@ -74,12 +74,15 @@ pub use self::timeout::Timeout;
 pub use crate::error::TimerError;
 
 use self::clock::Parker;
-use self::timeout::TimeoutInner;
+use self::timeout::{SharedTimeout, TimeoutInner};
 use self::worker::Pending;
 
-/// A task as the timer stores it: run at most once, on expiry, with its
-/// timeout's handle.
-pub type TimerTask = Box<dyn FnOnce(&Timeout) + Send + 'static>;
+/// What [`HashedWheelTimer::new_timeout`] runs: any `FnOnce(&Timeout)`
+/// that can be sent to another thread. Run at most once, on expiry, with its
+/// timeout's handle; dropped without running if cancelled or never due.
+pub trait TimerTask: FnOnce(&Timeout) + Send + 'static {}
+
+impl<F: FnOnce(&Timeout) + Send + 'static> TimerTask for F {}
 
 /// Most timeouts the worker moves from the pending queue into buckets per
 /// tick, so that a producer adding in a tight loop cannot starve expiry.
@@ -129,16 +132,16 @@ where
     }
 }
 
-/// An expired timeout and its task, handed to an [`Executor`].
+/// An expired timeout and its task, handed to an [`Executor`]. Dropping
+/// a job without running it drops the task.
 pub struct Job {
     timeout: Timeout,
-    task: TimerTask,
 }
 
 impl Job {
     /// Runs the task. A panic in the task is caught and logged.
     pub fn run(self) {
-        run_task(self.task, &self.timeout);
+        run_task(&self.timeout);
     }
 
     /// The expired timeout this job belongs to.
@@ -155,9 +158,9 @@ impl fmt::Debug for Job {
     }
 }
 
-/// Runs `task`, catching and logging a panic.
-fn run_task(task: TimerTask, timeout: &Timeout) {
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| task(timeout))) {
+/// Runs the timeout's task, catching and logging a panic.
+fn run_task(timeout: &Timeout) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| timeout.inner.run_task(timeout))) {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
@@ -261,13 +264,15 @@ impl Builder {
                 reason: "must be greater than zero".to_owned(),
             });
         }
-        let wheel_len = wheel::wheel_length(self.ticks_per_wheel, MAX_TICKS_PER_WHEEL)
-            .ok_or_else(|| TimerError::InvalidArgument {
-                name: "ticks_per_wheel",
-                reason: format!(
-                    "{} is not in 1..={MAX_TICKS_PER_WHEEL}",
-                    self.ticks_per_wheel
-                ),
+        let wheel_len =
+            wheel::wheel_length(self.ticks_per_wheel, MAX_TICKS_PER_WHEEL).ok_or_else(|| {
+                TimerError::InvalidArgument {
+                    name: "ticks_per_wheel",
+                    reason: format!(
+                        "{} is not in 1..={MAX_TICKS_PER_WHEEL}",
+                        self.ticks_per_wheel
+                    ),
+                }
             })?;
         // Netty's overflow guard, before the 1 ms raise: one turn of the
         // wheel must be representable in signed 64-bit nanoseconds.
@@ -314,8 +319,8 @@ impl Builder {
             pending_rx,
             cancelled_tx,
             cancelled_rx,
-            sleeping_until: AtomicU64::new(0),
             dozing: AtomicBool::new(false),
+            woken_at: AtomicU64::new(u64::MAX),
             parker: Parker::default(),
             worker: Mutex::new(None),
             worker_id: OnceLock::new(),
@@ -365,17 +370,15 @@ impl Drop for Handle {
         let shared = &self.shared;
         if shared.on_worker_thread() {
             // A task dropped the last handle: the worker cannot join itself.
-            // It sees the shutdown when the task returns and exits; its
-            // leftover tasks are dropped with the detached thread's result.
+            // It sees the shutdown when the task returns, cancels what never
+            // ran and exits, detached.
             shared.state.store(WORKER_SHUTDOWN, Ordering::SeqCst);
             shared.parker.unpark();
             shared.uncount();
             drop(shared.worker.lock().take());
             return;
         }
-        if let Ok(leftovers) = shared.shutdown() {
-            shared.cancel_all(leftovers);
-        }
+        let _ = shared.shutdown();
     }
 }
 
@@ -416,7 +419,7 @@ impl HashedWheelTimer {
     where
         F: FnOnce(&Timeout) + Send + 'static,
     {
-        self.handle.shared.new_timeout(delay, Box::new(task))
+        self.handle.shared.new_timeout(delay, task)
     }
 
     /// Starts the worker thread if it is not running yet. Optional: the
@@ -438,13 +441,12 @@ impl HashedWheelTimer {
         if shared.on_worker_thread() {
             return Err(TimerError::StopFromTask);
         }
-        let leftovers = shared.shutdown()?;
-        Ok(shared.cancel_all(leftovers))
+        shared.shutdown()
     }
 
     /// Timeouts scheduled and not yet fired or cancelled. A cancelled
     /// timeout stops counting when the worker processes the cancellation, at
-    /// the next tick boundary.
+    /// the next tick boundary (as in Netty).
     pub fn pending_timeouts(&self) -> usize {
         self.handle.shared.pending_count.load(Ordering::SeqCst)
     }
@@ -480,17 +482,16 @@ pub(crate) struct Shared {
     clock: Arc<dyn Clock>,
     pending_tx: Sender<Pending>,
     pending_rx: Receiver<Pending>,
-    cancelled_tx: Sender<triomphe::Arc<TimeoutInner>>,
-    cancelled_rx: Receiver<triomphe::Arc<TimeoutInner>>,
-    /// While the worker sleeps: the start (ns on the clock) of the tick it
-    /// will process next. A producer whose deadline comes before it wakes
-    /// the worker. Zero while the worker is awake.
-    sleeping_until: AtomicU64,
-    /// The worker sleeps past the end of the current tick, so a cancellation
-    /// must wake it to be processed within a tick.
+    cancelled_tx: Sender<SharedTimeout>,
+    cancelled_rx: Receiver<SharedTimeout>,
+    /// The worker sleeps past the end of the current tick; the first
+    /// producer or canceller to see this wakes it.
     dozing: AtomicBool,
+    /// Clock reading (ns) of the last such wake-up; `u64::MAX` when none is
+    /// outstanding. Published before the unpark, read by the worker after.
+    woken_at: AtomicU64,
     parker: Parker,
-    worker: Mutex<Option<JoinHandle<Vec<Pending>>>>,
+    worker: Mutex<Option<JoinHandle<Vec<Timeout>>>>,
     worker_id: OnceLock<ThreadId>,
     /// The worker has collected its leftovers and will touch no queue again.
     worker_exited: AtomicBool,
@@ -562,7 +563,11 @@ impl Shared {
         self.start_cv.notify_all();
     }
 
-    fn new_timeout(self: &Arc<Self>, delay: Duration, task: TimerTask) -> Result<Timeout, TimerError> {
+    fn new_timeout<F: TimerTask>(
+        self: &Arc<Self>,
+        delay: Duration,
+        task: F,
+    ) -> Result<Timeout, TimerError> {
         let pending = self.pending_count.fetch_add(1, Ordering::SeqCst) + 1;
         if self.max_pending > 0 && pending > self.max_pending {
             self.pending_count.fetch_sub(1, Ordering::SeqCst);
@@ -578,36 +583,43 @@ impl Shared {
         let now = nanos(self.clock.now());
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         let deadline = now.saturating_add(delay);
-        let inner = triomphe::Arc::new(TimeoutInner::new(deadline));
+        let inner = TimeoutInner::new(deadline, task);
         let timeout = Timeout {
-            inner: triomphe::Arc::clone(&inner),
+            inner: Arc::clone(&inner),
             timer: Some(Arc::clone(self)),
         };
         // The receiver lives in `self`, so the send cannot fail.
-        let _ = self.pending_tx.send(Pending { inner, task });
-        // Pairs with the fence in the worker before it sleeps: either it
-        // sees this timeout in the queue, or we see how long it sleeps.
-        fence(Ordering::SeqCst);
-        if deadline < self.sleeping_until.load(Ordering::Relaxed) {
-            self.parker.unpark();
-        }
-        if self.is_shutdown() {
-            // `stop()` raced with us. Either the worker's final drain took
-            // this timeout (and `stop()` returns it cancelled), or nobody
-            // will: cancel it here. Both ways it never runs.
-            timeout.cancel();
+        let _ = self.pending_tx.send(inner);
+        self.wake_if_dozing();
+        // `stop()` raced with us: either nobody will see this timeout and we
+        // cancel it here (Stopped), or the worker's final drain took it and
+        // `stop()` returns it, cancelled (then so do we). It never runs.
+        if self.is_shutdown() && timeout.cancel() {
             return Err(TimerError::Stopped);
         }
         Ok(timeout)
     }
 
-    /// A timeout was cancelled: queue it for the worker.
-    fn cancelled(&self, inner: triomphe::Arc<TimeoutInner>) {
-        let _ = self.cancelled_tx.send(inner);
+    /// After a push onto a queue: wakes the worker if it dozes past the
+    /// current tick (only the first caller to see it dozing does). The fence
+    /// pairs with the worker's before it dozes: either it sees the push, or
+    /// we see it dozing.
+    fn wake_if_dozing(&self) {
         fence(Ordering::SeqCst);
-        if self.dozing.load(Ordering::Relaxed) {
+        if self.dozing.load(Ordering::Relaxed) && self.dozing.swap(false, Ordering::Relaxed) {
+            // When we woke it: the worker may run only after the clock has
+            // moved on, and must not skip the tick our push belongs to.
+            self.woken_at
+                .store(nanos(self.clock.now()), Ordering::Relaxed);
             self.parker.unpark();
         }
+    }
+
+    /// A timeout in the wheel was cancelled: queue it for the worker, which
+    /// unlinks it and counts it out.
+    fn cancelled(&self, inner: SharedTimeout) {
+        let _ = self.cancelled_tx.send(inner);
+        self.wake_if_dozing();
         if self.is_shutdown() {
             self.drain_after_shutdown();
         }
@@ -625,9 +637,9 @@ impl Shared {
         }
     }
 
-    /// Moves to SHUTDOWN, joins the worker and returns the timeouts it
-    /// collected (neither expired nor cancelled).
-    fn shutdown(&self) -> Result<Vec<Pending>, TimerError> {
+    /// Moves to SHUTDOWN, joins the worker and returns the timeouts that
+    /// never ran, which the worker cancelled.
+    fn shutdown(&self) -> Result<Vec<Timeout>, TimerError> {
         match self.state.swap(WORKER_SHUTDOWN, Ordering::SeqCst) {
             WORKER_SHUTDOWN => return Ok(Vec::new()),
             WORKER_INIT => {
@@ -640,8 +652,8 @@ impl Shared {
         }
         self.parker.unpark();
         let handle = self.worker.lock().take();
-        let leftovers = match handle.map(JoinHandle::join) {
-            Some(Ok(leftovers)) => leftovers,
+        let never_ran = match handle.map(JoinHandle::join) {
+            Some(Ok(never_ran)) => never_ran,
             Some(Err(_)) => {
                 tracing::error!(target: "redwheel::timer", "the timer's worker thread panicked");
                 Vec::new()
@@ -650,15 +662,15 @@ impl Shared {
         };
         self.uncount();
         self.drain_after_shutdown();
-        Ok(leftovers)
+        Ok(never_ran)
     }
 
-    /// Cancels the timeouts `stop()` collected and returns those whose
-    /// cancellation succeeded (a concurrent user `cancel` may have won).
+    /// Cancels the timeouts the worker collected at shutdown and returns
+    /// those whose cancellation succeeded (a concurrent user `cancel` may
+    /// have won).
     fn cancel_all(self: &Arc<Self>, leftovers: Vec<Pending>) -> Vec<Timeout> {
         let mut never_ran = Vec::with_capacity(leftovers.len());
-        for Pending { inner, task } in leftovers {
-            drop(task);
+        for inner in leftovers {
             let timeout = Timeout {
                 inner,
                 timer: Some(Arc::clone(self)),

@@ -17,11 +17,17 @@
 //! timeout in a bucket), with a CAS loop that keeps the state bits; `cancel`
 //! keeps the key bits. Packing both into one word saves eight bytes per
 //! pending timeout.
+//!
+//! The task lives in the same allocation as the state (one allocation per
+//! timeout). Whoever wins the state transition takes it out: the worker to
+//! run it, a successful `cancel` to drop it.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crossbeam_utils::atomic::AtomicCell;
 
 use super::Shared;
 use super::wheel::Key;
@@ -31,57 +37,110 @@ const ST_INIT: u64 = 0;
 const ST_CANCELLED: u64 = 1;
 const ST_EXPIRED: u64 = 2;
 
-/// What a timeout shares between its handles and the worker.
-pub(crate) struct TimeoutInner {
+/// What a timeout shares between its handles and the worker: its deadline,
+/// its state word and its task, in one allocation. `T` is the task's slot;
+/// handles and the worker see it as `dyn TaskSlot`.
+pub(crate) struct TimeoutInner<T: ?Sized + TaskSlot = dyn TaskSlot> {
     /// Nanoseconds on the timer's clock (since the clock's origin);
     /// `u64::MAX` means "never".
     pub(crate) deadline: u64,
     word: AtomicU64,
+    task: T,
 }
 
-impl TimeoutInner {
-    pub(crate) fn new(deadline: u64) -> Self {
-        TimeoutInner {
-            deadline,
-            word: AtomicU64::new(Key::PACKED_NONE | ST_INIT),
+/// A shared timeout, as handles, queues and the wheel hold it.
+pub(crate) type SharedTimeout = Arc<TimeoutInner>;
+
+/// A task's slot inside its timeout: the task is taken out exactly once,
+/// to run it or to drop it, by whoever won the timeout's state transition.
+pub(crate) trait TaskSlot: Send + Sync {
+    /// Takes the task out (if it is still there) and runs it.
+    fn run(&self, timeout: &Timeout);
+    /// Takes the task out (if it is still there) and drops it.
+    fn discard(&self);
+}
+
+/// `AtomicCell` is exactly as large as the `Option<F>` it holds and lets a
+/// shared reference move the task out, without `unsafe` in this crate.
+pub(crate) struct Slot<F>(AtomicCell<Option<F>>);
+
+impl<F> TaskSlot for Slot<F>
+where
+    F: FnOnce(&Timeout) + Send + 'static,
+{
+    fn run(&self, timeout: &Timeout) {
+        if let Some(task) = self.0.take() {
+            task(timeout);
         }
     }
 
+    fn discard(&self) {
+        drop(self.0.take());
+    }
+}
+
+impl TimeoutInner {
+    /// A new pending timeout holding `task`.
+    pub(crate) fn new<F>(deadline: u64, task: F) -> SharedTimeout
+    where
+        F: FnOnce(&Timeout) + Send + 'static,
+    {
+        Arc::new(TimeoutInner {
+            deadline,
+            word: AtomicU64::new(ST_INIT),
+            task: Slot(AtomicCell::new(Some(task))),
+        })
+    }
+}
+
+impl<T: ?Sized + TaskSlot> TimeoutInner<T> {
     fn state(&self) -> u64 {
         self.word.load(Ordering::Acquire) & STATE_MASK
     }
 
-    fn transition(&self, to: u64) -> bool {
+    /// INIT → `to`; the previous word if this call made the move.
+    fn transition(&self, to: u64) -> Option<u64> {
         self.word
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
                 (w & STATE_MASK == ST_INIT).then_some((w & !STATE_MASK) | to)
             })
-            .is_ok()
+            .ok()
     }
 
-    /// INIT → CANCELLED. True only for the caller that made the move.
+    /// INIT → CANCELLED, dropping the task. True only for the caller that
+    /// made the move.
     pub(crate) fn try_cancel(&self) -> bool {
-        self.transition(ST_CANCELLED)
+        let won = self.transition(ST_CANCELLED).is_some();
+        if won {
+            self.task.discard();
+        }
+        won
     }
 
     /// INIT → EXPIRED, by the worker just before it runs the task.
     pub(crate) fn try_expire(&self) -> bool {
-        self.transition(ST_EXPIRED)
+        self.transition(ST_EXPIRED).is_some()
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
         self.state() == ST_CANCELLED
     }
 
-    /// Records where the worker put this timeout (worker only).
+    /// Runs the task (once; later calls do nothing).
+    pub(crate) fn run_task(&self, timeout: &Timeout) {
+        self.task.run(timeout);
+    }
+
+    /// Drops the task without running it (it may already be gone).
+    pub(crate) fn discard_task(&self) {
+        self.task.discard();
+    }
+
+    /// Records where the worker put this timeout (worker only, once). The
+    /// key bits start at zero, so one `fetch_or` sets them without touching
+    /// the state bits a concurrent `cancel` may be changing.
     pub(crate) fn set_key(&self, key: Key) {
-        let packed = key.pack();
-        // The state bits may change concurrently (a cancel); keep them.
-        let _ = self
-            .word
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                Some(packed | (w & STATE_MASK))
-            });
+        self.word.fetch_or(key.pack(), Ordering::AcqRel);
     }
 
     /// Where the worker put this timeout, if it did (worker only).
@@ -99,8 +158,7 @@ impl TimeoutInner {
 /// timer was stopped or dropped.
 #[derive(Clone)]
 pub struct Timeout {
-    /// A `triomphe::Arc`: no weak count, eight bytes less per timeout.
-    pub(crate) inner: triomphe::Arc<TimeoutInner>,
+    pub(crate) inner: SharedTimeout,
     /// The timer, for `cancel` to reach the worker. `None` on the handles the
     /// worker passes to running tasks: those timeouts are expired, so
     /// `cancel` has nothing to do, and the worker saves a reference-count
@@ -109,7 +167,8 @@ pub struct Timeout {
 }
 
 impl Timeout {
-    /// Cancels the timeout: its task will never run.
+    /// Cancels the timeout: its task will never run, and is dropped now, on
+    /// the calling thread.
     ///
     /// Returns `true` only if this call moved the timeout from pending to
     /// cancelled; `false` if it had already expired (its task runs or ran)
@@ -150,7 +209,7 @@ impl Timeout {
 
     /// True if both handles refer to the same timeout.
     pub fn ptr_eq(&self, other: &Timeout) -> bool {
-        triomphe::Arc::ptr_eq(&self.inner, &other.inner)
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 

@@ -63,7 +63,10 @@ pub(crate) const MAX_BUCKETS: usize = 1 << 30;
 /// the wheel before it fires. Zero when it is due this turn (or overdue).
 #[cfg(test)]
 pub(crate) fn remaining_rounds(due: u64, tick: u64, len: u64) -> u64 {
-    debug_assert!(len.is_power_of_two(), "wheel length {len} is not a power of two");
+    debug_assert!(
+        len.is_power_of_two(),
+        "wheel length {len} is not a power of two"
+    );
     due.saturating_sub(tick) / len
 }
 
@@ -89,28 +92,26 @@ pub(crate) struct Key {
 }
 
 impl Key {
-    /// Packs the key into the low 62 bits of a `u64`, shifted left by two
-    /// so the two low bits stay free for the caller.
+    /// Packs the key into the high 62 bits of a `u64` (the two low bits
+    /// stay free for the caller). Never zero: zero packs "no key", so a
+    /// word that starts at zero can receive a key with one `fetch_or`.
     pub(crate) fn pack(self) -> u64 {
-        ((u64::from(self.generation) << 32) | u64::from(self.index)) << 2
+        let index = u64::from(self.index) + 1;
+        ((u64::from(self.generation) << 32) | index) << 2
     }
 
-    /// Inverse of [`Key::pack`] (ignores the two low bits). `None` for the
-    /// packed form of "no key" ([`Key::PACKED_NONE`]).
+    /// Inverse of [`Key::pack`] (ignores the two low bits); `None` for zero.
     pub(crate) fn unpack(word: u64) -> Option<Key> {
         let bits = word >> 2;
-        let index = (bits & 0xFFFF_FFFF) as u32;
-        if index == NIL {
+        let index = bits & 0xFFFF_FFFF;
+        if index == 0 {
             return None;
         }
         Some(Key {
-            index,
+            index: (index - 1) as u32,
             generation: (bits >> 32) as u32 & GEN_MASK,
         })
     }
-
-    /// Packed "no key": an index of `NIL`.
-    pub(crate) const PACKED_NONE: u64 = (NIL as u64) << 2;
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -176,9 +177,10 @@ impl<T> Wheel<T> {
     /// Places `value`, due at tick `due`, while the wheel is at tick `tick`.
     /// It goes at the tail of bucket `max(due, tick) & mask`; its effective
     /// due tick is `max(due, tick)`, so an overdue entry fires during the
-    /// processing of `tick`. Fails (handing `value` back) only when the wheel
-    /// already holds [`MAX_ENTRIES`] entries.
-    pub(crate) fn insert(&mut self, value: T, due: u64, tick: u64) -> Result<Key, T> {
+    /// processing of `tick`. Returns the key and the placed value. Fails
+    /// (handing `value` back) only when the wheel already holds
+    /// [`MAX_ENTRIES`] entries.
+    pub(crate) fn insert(&mut self, value: T, due: u64, tick: u64) -> Result<(Key, &T), T> {
         if self.nodes.len() >= MAX_ENTRIES {
             return Err(value);
         }
@@ -205,10 +207,11 @@ impl<T> Wheel<T> {
         }
         bucket.tail = index32;
         bucket.min_due = bucket.min_due.min(due);
-        Ok(Key {
+        let key = Key {
             index: index32,
             generation,
-        })
+        };
+        Ok((key, &self.nodes[index].value))
     }
 
     /// Removes the entry `key` names. `None` when the key is stale (the
@@ -412,7 +415,15 @@ mod tests {
     #[test]
     fn wheel_length_rounds_up_to_powers_of_two() {
         let max = 1 << 30;
-        let cases = [(1, 1), (2, 2), (3, 4), (5, 8), (512, 512), (513, 1024), (max, max)];
+        let cases = [
+            (1, 1),
+            (2, 2),
+            (3, 4),
+            (5, 8),
+            (512, 512),
+            (513, 1024),
+            (max, max),
+        ];
         for (n, len) in cases {
             assert_eq!(wheel_length(n, max), Some(len), "ticks_per_wheel {n}");
         }
@@ -428,8 +439,8 @@ mod tests {
             assert_eq!(Key::unpack(k.pack()), Some(k));
             assert_eq!(Key::unpack(k.pack() | 3), Some(k), "state bits are ignored");
         }
-        assert_eq!(Key::unpack(Key::PACKED_NONE), None);
-        assert_eq!(Key::unpack(Key::PACKED_NONE | 2), None);
+        assert_eq!(Key::unpack(0), None);
+        assert_eq!(Key::unpack(2), None);
     }
 
     #[test]
@@ -461,11 +472,15 @@ mod tests {
     #[test]
     fn stale_keys_are_ignored_after_index_reuse() {
         let mut w = Wheel::new(4);
-        let a = w.insert((1, 1), 1, 0).unwrap();
+        let a = w.insert((1, 1), 1, 0).unwrap().0;
         assert_eq!(w.remove(a), Some((1, 1)));
-        let b = w.insert((2, 2), 2, 0).unwrap();
+        let b = w.insert((2, 2), 2, 0).unwrap().0;
         assert_eq!(a.index, b.index, "the slab reuses the index");
-        assert_eq!(w.remove(a), None, "the stale key must not remove the new entry");
+        assert_eq!(
+            w.remove(a),
+            None,
+            "the stale key must not remove the new entry"
+        );
         assert_eq!(w.get(a), None);
         assert_eq!(w.get(b), Some(&(2, 2)));
         assert_eq!(w.remove(b), Some((2, 2)));
@@ -476,7 +491,9 @@ mod tests {
     fn remove_unlinks_head_middle_and_tail() {
         for victim in 0..3usize {
             let mut w = Wheel::new(4);
-            let keys: Vec<Key> = (0..3u32).map(|i| w.insert((1, i), 1, 0).unwrap()).collect();
+            let keys: Vec<Key> = (0..3u32)
+                .map(|i| w.insert((1, i), 1, 0).unwrap().0)
+                .collect();
             assert_eq!(w.remove(keys[victim]), Some((1, victim as u32)));
             let expect: Vec<u32> = (0..3u32).filter(|&i| i as usize != victim).collect();
             assert_eq!(fire(&mut w, 1), expect);
@@ -491,7 +508,7 @@ mod tests {
         assert_eq!(w.next_due(0), None);
         w.insert((21, 1), 21, 0).unwrap(); // bucket 5, two rounds ahead
         assert_eq!(w.next_due(0), Some(21));
-        let k = w.insert((6, 2), 6, 0).unwrap();
+        let k = w.insert((6, 2), 6, 0).unwrap().0;
         assert_eq!(w.next_due(0), Some(6));
         assert_eq!(w.next_due(6), Some(6));
         w.remove(k);

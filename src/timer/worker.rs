@@ -12,28 +12,26 @@
 //!   bucket), then fire the due entries of the tick's bucket in FIFO order.
 //! * Ticks are processed one by one, in order, while there is work. When
 //!   the queues are empty and nothing in the wheel can be due before tick
-//!   `w`, the worker sleeps until the end of `w` (forever when the wheel is
+//!   `w`, the worker "dozes" until the end of `w` (forever when the wheel is
 //!   empty) and then skips the ticks in between, which had nothing to do.
-//!   Before sleeping it publishes when it will wake (`sleeping_until`) and
-//!   re-checks the queues; a producer publishes its timeout and then reads
-//!   `sleeping_until` (both with a `SeqCst` fence), so a timeout due before
-//!   the wake-up is never missed.
+//!   Before dozing it raises the `dozing` flag and re-checks the queues; a
+//!   producer (or canceller) pushes and then reads the flag (both sides with
+//!   a `SeqCst` fence), and the first one to see it raised clears it and
+//!   wakes the worker. So nothing waits in a queue while the worker dozes:
+//!   a burst of new timeouts is moved into buckets tick by tick as it
+//!   arrives, not all at once when the next one falls due.
 
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::thread;
 use std::time::Duration;
 
-use super::timeout::TimeoutInner;
+use super::timeout::SharedTimeout;
 use super::wheel::Wheel;
-use super::{Job, Shared, TRANSFER_CAP, Timeout, TimerTask, nanos, run_task};
+use super::{Job, Shared, TRANSFER_CAP, Timeout, nanos, run_task};
 
-/// A timeout on its way to, or in, the wheel: the shared state plus the
-/// task, which only the worker owns.
-pub(crate) struct Pending {
-    pub(crate) inner: triomphe::Arc<TimeoutInner>,
-    pub(crate) task: TimerTask,
-}
+/// A timeout on its way to, or in, the wheel (its task travels inside).
+pub(crate) type Pending = SharedTimeout;
 
 /// Deadline meaning "never" (a delay that overflowed).
 const NEVER: u64 = u64::MAX;
@@ -46,11 +44,15 @@ struct Worker {
     /// The worker's start time on the clock, in ns.
     start: u64,
     tick_ns: u64,
+    /// Timeouts moved into buckets for the tick `tick` so far (the cap is
+    /// per processed tick, including a transfer made on waking up).
+    transferred: usize,
 }
 
-/// The worker thread's body. Returns the timeouts that never ran (neither
-/// expired nor cancelled) once the timer shuts down.
-pub(crate) fn run(shared: Arc<Shared>) -> Vec<Pending> {
+/// The worker thread's body. Once the timer shuts down, cancels the
+/// timeouts that never ran (neither expired nor cancelled) and returns
+/// those whose cancellation it won, for `stop()`.
+pub(crate) fn run(shared: Arc<Shared>) -> Vec<Timeout> {
     shared.clock.attach(&shared.parker);
     let _ = shared.worker_id.set(thread::current().id());
     let start = nanos(shared.clock.now());
@@ -60,12 +62,14 @@ pub(crate) fn run(shared: Arc<Shared>) -> Vec<Pending> {
         tick: 0,
         start,
         tick_ns: shared.tick_ns,
+        transferred: 0,
         shared,
     };
     worker.run_loop();
     let leftovers = worker.collect_leftovers();
+    let never_ran = worker.shared.cancel_all(leftovers);
     worker.shared.parker.exit();
-    leftovers
+    never_ran
 }
 
 impl Worker {
@@ -96,6 +100,12 @@ impl Worker {
             if self.end_of(self.tick).is_some_and(|end| now >= end) {
                 self.process_tick(now);
                 self.tick += 1;
+                // Catching up after a jump of the clock: ticks that ended
+                // with nothing due need no processing. Cancellations queued
+                // meanwhile (by tasks) are for the very next tick.
+                if shared.cancelled_rx.is_empty() {
+                    self.skip_idle_ticks(now);
+                }
                 continue;
             }
             // The current tick is still running: sleep, as long as we can.
@@ -105,41 +115,52 @@ impl Worker {
             } else {
                 self.wheel.next_due(self.tick).map(|t| t.max(self.tick))
             };
-            let wake_ns = wake_tick
-                .and_then(|t| t.checked_mul(self.tick_ns))
-                .and_then(|d| d.checked_add(self.start))
-                .unwrap_or(u64::MAX);
-            shared.sleeping_until.store(wake_ns, Ordering::SeqCst);
-            shared
-                .dozing
-                .store(wake_tick != Some(self.tick), Ordering::SeqCst);
+            let dozing = wake_tick != Some(self.tick);
+            shared.dozing.store(dozing, Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            let raced = !has_input
-                && (!shared.pending_rx.is_empty() || !shared.cancelled_rx.is_empty());
+            let raced =
+                !has_input && (!shared.pending_rx.is_empty() || !shared.cancelled_rx.is_empty());
             if !raced && !shared.is_shutdown() {
                 let deadline = wake_tick.and_then(|t| self.end_of(t));
                 shared
                     .clock
                     .park(&shared.parker, deadline.map(Duration::from_nanos));
             }
-            shared.sleeping_until.store(0, Ordering::SeqCst);
             shared.dozing.store(false, Ordering::SeqCst);
-            // Nothing in the wheel was due before `wake_tick`: skip the ticks
-            // that went by without anything to do.
-            let now = nanos(shared.clock.now());
-            let current = now.saturating_sub(self.start) / self.tick_ns;
-            let skip_to = match wake_tick {
-                Some(w) => current.min(w),
-                None => current,
-            };
-            self.tick = self.tick.max(skip_to);
+            if dozing {
+                // A producer or canceller that woke us did so at `woken_at`:
+                // what it pushed belongs to that tick, even if the clock
+                // moved on before we ran.
+                let woken_at = shared.woken_at.swap(u64::MAX, Ordering::Relaxed);
+                let now = nanos(shared.clock.now());
+                self.skip_idle_ticks(now.min(woken_at));
+            }
         }
+    }
+
+    /// Jumps over the ticks that ended before clock time `upto` with
+    /// nothing due. New timeouts that arrived meanwhile may be due in any of
+    /// them, so they go into the wheel first (within this tick's transfer
+    /// cap); if some are still queued, no tick is skipped. Cancellations are
+    /// left for the next processed tick, where Netty counts them out.
+    fn skip_idle_ticks(&mut self, upto: u64) {
+        let current = upto.saturating_sub(self.start) / self.tick_ns;
+        if current <= self.tick {
+            return;
+        }
+        self.transfer();
+        if !self.shared.pending_rx.is_empty() {
+            return;
+        }
+        let next_due = self.wheel.next_due(self.tick).unwrap_or(u64::MAX);
+        self.tick = self.tick.max(current.min(next_due));
     }
 
     fn process_tick(&mut self, now: u64) {
         self.process_cancelled();
         self.transfer();
         self.expire(now);
+        self.transferred = 0;
     }
 
     /// Unlinks cancelled timeouts and counts them out.
@@ -150,7 +171,7 @@ impl Worker {
                 // A stale key (entry already gone, index reused) is ignored
                 // by the wheel's generation check.
                 if let Some(entry) = self.wheel.remove(key) {
-                    debug_assert!(triomphe::Arc::ptr_eq(&entry.inner, &inner));
+                    debug_assert!(Arc::ptr_eq(&entry, &inner));
                     drop(entry);
                 }
             }
@@ -158,21 +179,22 @@ impl Worker {
         }
     }
 
-    /// Moves at most `TRANSFER_CAP` pending timeouts into buckets.
+    /// Moves pending timeouts into buckets, at most `TRANSFER_CAP` for the
+    /// current tick.
     fn transfer(&mut self) {
         let shared = Arc::clone(&self.shared);
-        for _ in 0..TRANSFER_CAP {
+        while self.transferred < TRANSFER_CAP {
             let Ok(entry) = shared.pending_rx.try_recv() else {
                 return;
             };
-            if entry.inner.is_cancelled() {
+            self.transferred += 1;
+            if entry.is_cancelled() {
                 // Its cancellation, queued too, counts it out.
                 continue;
             }
-            let due = Self::due_tick(self.start, self.tick_ns, entry.inner.deadline);
-            let inner = triomphe::Arc::clone(&entry.inner);
+            let due = Self::due_tick(self.start, self.tick_ns, entry.deadline);
             match self.wheel.insert(entry, due, self.tick) {
-                Ok(key) => inner.set_key(key),
+                Ok((key, placed)) => placed.set_key(key),
                 Err(entry) => {
                     // 2^31 timeouts in one wheel: refuse this one loudly
                     // rather than lose track of it.
@@ -180,8 +202,7 @@ impl Worker {
                         target: "redwheel::timer",
                         "the wheel is full; cancelling a timeout"
                     );
-                    drop(entry);
-                    if inner.try_cancel() {
+                    if entry.try_cancel() {
                         shared.pending_count.fetch_sub(1, Ordering::SeqCst);
                     }
                 }
@@ -195,12 +216,12 @@ impl Worker {
         let shared = &self.shared;
         self.wheel.expire(
             tick,
-            |e| Self::due_tick(start, tick_ns, e.inner.deadline),
+            |e| Self::due_tick(start, tick_ns, e.deadline),
             |entry| {
                 debug_assert!(
-                    entry.inner.deadline <= now,
+                    entry.deadline <= now,
                     "tick {tick} fires deadline {} at {now}",
-                    entry.inner.deadline
+                    entry.deadline
                 );
                 fire(shared, entry);
             },
@@ -211,13 +232,10 @@ impl Worker {
     /// queue, and counts out the cancellations still queued.
     fn collect_leftovers(&mut self) -> Vec<Pending> {
         let shared = Arc::clone(&self.shared);
-        let mut leftovers: Vec<Pending> = self
-            .wheel
-            .drain()
-            .filter(|e| !e.inner.is_cancelled())
-            .collect();
+        let mut leftovers: Vec<Pending> =
+            self.wheel.drain().filter(|e| !e.is_cancelled()).collect();
         while let Ok(entry) = shared.pending_rx.try_recv() {
-            if !entry.inner.is_cancelled() {
+            if !entry.is_cancelled() {
                 leftovers.push(entry);
             }
         }
@@ -232,22 +250,22 @@ impl Worker {
 /// Claims a due entry and runs (or hands over) its task. An entry whose
 /// cancellation won the race is dropped: its queued cancellation counts it
 /// out.
-fn fire(shared: &Shared, entry: Pending) {
-    let Pending { inner, task } = entry;
+fn fire(shared: &Shared, inner: Pending) {
     if !inner.try_expire() {
         return;
     }
     shared.pending_count.fetch_sub(1, Ordering::SeqCst);
     let timeout = Timeout { inner, timer: None };
     match &shared.executor {
-        None => run_task(task, &timeout),
+        None => run_task(&timeout),
         Some(executor) => {
-            if let Err(job) = executor.execute(Job { timeout, task }) {
+            if let Err(job) = executor.execute(Job { timeout }) {
                 tracing::warn!(
                     target: "redwheel::timer",
                     deadline = ?job.timeout().deadline(),
                     "the executor rejected an expired timer task; it will not run"
                 );
+                job.timeout.inner.discard_task();
             }
         }
     }

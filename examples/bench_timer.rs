@@ -1,0 +1,871 @@
+//! Benchmarks of redwheel's [`HashedWheelTimer`] on the timer workloads of
+//! `shared/BENCHMARKS.md` (W1–W6, plus W5b and Idle), written to match the
+//! Netty harness `shared/peers/netty/NettyTimerBench.java` line for line:
+//! the same SplitMix64 delay sequences, the same nearest-rank percentiles,
+//! the same metric names and the same one-JSON-line-per-workload output
+//! (`"impl":"redwheel"` instead of `"netty-hwt"`).
+//!
+//! ```text
+//! cargo run --release --example bench_timer -- [options] W1 [W2 ... Idle]
+//!   --n N          timeouts for W1/W2/W3/W5/W6        (default 1000000)
+//!   --n4 N         timeouts for W4                    (default 100000)
+//!   --reps R       measured repetitions per workload  (default 3)
+//!   --warmup W     unmeasured runs before them        (default 1; Idle has none)
+//!   --tick-ms T    tick duration in ms                (default 1)
+//!   --wheel B      ticks per wheel                    (default 512)
+//!   --seed S       seed of the delay generator        (default 42)
+//!   --threads P    producer threads for W6            (default 2)
+//!   --dump FILE    W4: write "deadline_ms lateness_us" per timeout of the last repetition
+//!   --idle-secs S  length of one Idle window          (default 10)
+//! ```
+//!
+//! Every run builds a fresh timer (tick 1 ms, 512 buckets, tasks on the
+//! worker thread) and starts it outside the timed region. The no-op task of
+//! W1/W2/W6 is a closure capturing one `&'static` counter (Netty's harness
+//! shares one task instance); W3's task closure captures 16 bytes, the size
+//! the memory target is stated for. "Accepted" means a barrier returned: a
+//! zero-delay timeout scheduled after all the others, whose firing proves
+//! (the pending queue being FIFO) that the worker has moved every earlier
+//! timeout into a bucket.
+//!
+//! Profiling: run under `perf record -D -1 --control=fifo:CTL[,ACK] ...` with
+//! `BENCH_PERF_CTL=CTL` (and `BENCH_PERF_ACK=ACK`) in the environment, and
+//! recording is switched on only around the timed regions (W1/W2/W6: the
+//! schedule loop and the barrier; W4/W5: schedule loop to last expiry).
+//!
+//! W3 counts live heap bytes with the counting global allocator below; its
+//! counter only runs inside W3's measurement window (the window's allocations
+//! minus its frees are exactly the growth of live bytes), so that the other
+//! workloads do not pay for a shared atomic on every allocation.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::error::Error;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redwheel::timer::{HashedWheelTimer, Timeout};
+
+type BoxResult<T> = Result<T, Box<dyn Error>>;
+
+// ---------------------------------------------------------------- allocator
+
+/// Wraps the system allocator and, while [`COUNTING`] is set, adds up the
+/// bytes allocated minus the bytes freed in [`LIVE_BYTES`].
+struct CountingAlloc;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+fn count(delta: i64) {
+    if COUNTING.load(Ordering::Relaxed) {
+        LIVE_BYTES.fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every method forwards its arguments unchanged to `System`, which
+// implements `GlobalAlloc` correctly; the counting only reads the layout and
+// the returned pointer's nullness.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: our caller upholds `GlobalAlloc::alloc`'s contract
+        // (non-zero size), which is all `System.alloc` requires.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            count(layout.size() as i64);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as `alloc`, forwarded unchanged.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            count(layout.size() as i64);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by this allocator, i.e. by `System`,
+        // with `layout`, as our caller guarantees.
+        unsafe { System.dealloc(ptr, layout) };
+        count(-(layout.size() as i64));
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr`/`layout` come from this allocator (so from `System`)
+        // and `new_size` is valid for `layout`'s alignment, as our caller
+        // guarantees.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            count(new_size as i64 - layout.size() as i64);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+// ---------------------------------------------------------------- config
+
+#[derive(Clone, Debug)]
+struct Config {
+    n: usize,
+    n4: usize,
+    reps: usize,
+    warmup: usize,
+    tick_ms: u64,
+    wheel: usize,
+    seed: u64,
+    threads: usize,
+    dump: Option<String>,
+    idle_secs: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            n: 1_000_000,
+            n4: 100_000,
+            reps: 3,
+            warmup: 1,
+            tick_ms: 1,
+            wheel: 512,
+            seed: 42,
+            threads: 2,
+            dump: None,
+            idle_secs: 10.0,
+        }
+    }
+}
+
+const WORKLOADS: [&str; 8] = ["W1", "W2", "W3", "W4", "W5", "W5b", "W6", "Idle"];
+
+fn parse_args() -> BoxResult<(Config, Vec<String>)> {
+    let mut cfg = Config::default();
+    let mut ws = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| -> BoxResult<String> {
+            args.next()
+                .ok_or_else(|| format!("{name} needs a value").into())
+        };
+        match a.as_str() {
+            "--n" => cfg.n = value(&a)?.parse()?,
+            "--n4" => cfg.n4 = value(&a)?.parse()?,
+            "--reps" => cfg.reps = value(&a)?.parse()?,
+            "--warmup" => cfg.warmup = value(&a)?.parse()?,
+            "--tick-ms" => cfg.tick_ms = value(&a)?.parse()?,
+            "--wheel" => cfg.wheel = value(&a)?.parse()?,
+            // Java parses a signed long; keep its bits.
+            "--seed" => cfg.seed = value(&a)?.parse::<i64>()? as u64,
+            "--threads" => cfg.threads = value(&a)?.parse()?,
+            "--dump" => cfg.dump = Some(value(&a)?),
+            "--idle-secs" => cfg.idle_secs = value(&a)?.parse()?,
+            "-h" | "--help" => {
+                println!("usage: bench_timer [options] {}", WORKLOADS.join(" "));
+                std::process::exit(0);
+            }
+            w if WORKLOADS.contains(&w) => ws.push(w.to_owned()),
+            other => return Err(format!("unknown argument or workload {other:?}").into()),
+        }
+    }
+    if cfg.reps == 0 || cfg.n == 0 || cfg.n4 == 0 || cfg.threads == 0 {
+        return Err("--reps, --n, --n4 and --threads must be positive".into());
+    }
+    Ok((cfg, ws))
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// SplitMix64, `delay = lo + x mod (hi - lo + 1)` ms: Netty harness's `delaysMs`.
+fn delays_ms(n: usize, lo: u64, hi: u64, seed: u64) -> Vec<u64> {
+    let mut s = seed;
+    let span = hi - lo + 1;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            lo + z % span
+        })
+        .collect()
+}
+
+fn new_timer(cfg: &Config) -> BoxResult<HashedWheelTimer> {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(cfg.tick_ms))
+        .ticks_per_wheel(cfg.wheel)
+        .thread_name("hwt-worker")
+        .build()?;
+    timer.start()?; // start the worker outside of any timed region
+    Ok(timer)
+}
+
+/// Schedules a zero-delay sentinel and waits for it: the pending queue is
+/// FIFO, so once it fires every earlier timeout has been put into a bucket.
+fn barrier(timer: &HashedWheelTimer) -> BoxResult<()> {
+    let (tx, rx) = mpsc::channel();
+    timer.new_timeout(Duration::ZERO, move |_: &Timeout| {
+        let _ = tx.send(());
+    })?;
+    rx.recv()?;
+    Ok(())
+}
+
+/// A fresh counter for one run's shared no-op task.
+fn leak_counter() -> &'static AtomicU64 {
+    Box::leak(Box::new(AtomicU64::new(0)))
+}
+
+/// The no-op task's body. Only the worker thread runs tasks, so a plain
+/// load + store counts exactly, like the Java harness's `count++`.
+#[inline]
+fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// W3's task: a no-op closure capturing 16 bytes (the counter and a tag).
+fn w3_task(counter: &'static AtomicU64, tag: u64) -> impl FnOnce(&Timeout) + Send + 'static {
+    move |_: &Timeout| {
+        std::hint::black_box(tag);
+        bump(counter);
+    }
+}
+
+/// Nearest-rank percentile index: `ceil(p·n) − 1`, clamped.
+fn rank(n: usize, p: f64) -> usize {
+    let r = (p * n as f64).ceil() as i64 - 1;
+    r.clamp(0, n as i64 - 1) as usize
+}
+
+fn nanos_since(base: Instant) -> u64 {
+    base.elapsed().as_nanos() as u64
+}
+
+/// Resident set size in bytes, from `/proc/self/statm` (pages) times the page
+/// size the kernel passed in the auxiliary vector.
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    pages * page_size()
+}
+
+fn page_size() -> u64 {
+    const AT_PAGESZ: u64 = 6;
+    if let Ok(aux) = std::fs::read("/proc/self/auxv") {
+        for pair in aux.chunks_exact(16) {
+            let key = u64::from_ne_bytes(pair[..8].try_into().unwrap_or([0; 8]));
+            let val = u64::from_ne_bytes(pair[8..].try_into().unwrap_or([0; 8]));
+            if key == AT_PAGESZ {
+                return val;
+            }
+        }
+    }
+    4096
+}
+
+/// CPU time (user + system) the process has used, in seconds, from
+/// `/proc/self/stat` (fields 14 and 15, in `USER_HZ` = 100 ticks per second).
+fn process_cpu_secs() -> BoxResult<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let rest = &stat[stat.rfind(')').ok_or("malformed /proc/self/stat")? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): utime is field 14, stime field 15.
+    let utime: u64 = f.get(11).ok_or("no utime")?.parse()?;
+    let stime: u64 = f.get(12).ok_or("no stime")?.parse()?;
+    Ok((utime + stime) as f64 / 100.0)
+}
+
+/// On-CPU nanoseconds of all the process's threads, from
+/// `/proc/self/task/*/schedstat` (finer than `/proc/self/stat`'s 10 ms
+/// ticks); `None` where the kernel does not provide it.
+fn schedstat_cpu_ns() -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = entry.ok()?.path().join("schedstat");
+        let s = std::fs::read_to_string(path).ok()?;
+        total += s.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+/// Sends `cmd` ("enable" / "disable") to perf's control fifo, if
+/// `BENCH_PERF_CTL` names one, and waits for perf's ack if `BENCH_PERF_ACK`
+/// names the ack fifo. A no-op otherwise.
+fn perf_ctl(cmd: &str) {
+    let Some(ctl) = std::env::var_os("BENCH_PERF_CTL") else {
+        return;
+    };
+    if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(ctl) {
+        let _ = f.write_all(format!("{cmd}\n").as_bytes());
+    }
+    if let Some(ack) = std::env::var_os("BENCH_PERF_ACK")
+        && let Ok(mut f) = std::fs::File::open(ack)
+    {
+        let mut buf = [0u8; 5];
+        let _ = std::io::Read::read_exact(&mut f, &mut buf);
+    }
+}
+
+type Metrics = Vec<(&'static str, f64)>;
+
+// ---------------------------------------------------------------- workloads
+
+fn w1(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
+    let timer = new_timer(cfg)?;
+    let counter = leak_counter();
+    let n = d.len();
+    perf_ctl("enable");
+    let t0 = Instant::now();
+    for &ms in d {
+        timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
+    }
+    let t1 = Instant::now();
+    barrier(&timer)?;
+    let t2 = Instant::now();
+    perf_ctl("disable");
+    let pending = timer.pending_timeouts();
+    let fired = counter.load(Ordering::Relaxed);
+    timer.stop()?;
+    Ok(vec![
+        ("ns_per_schedule", (t1 - t0).as_nanos() as f64 / n as f64),
+        (
+            "ns_per_schedule_until_accepted",
+            (t2 - t0).as_nanos() as f64 / n as f64,
+        ),
+        ("pending_after", pending as f64),
+        ("fired_during_run", fired as f64),
+    ])
+}
+
+fn w2(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
+    let timer = new_timer(cfg)?;
+    let counter = leak_counter();
+    let n = d.len();
+    perf_ctl("enable");
+    let t0 = Instant::now();
+    for &ms in d {
+        let t = timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
+        t.cancel();
+    }
+    let t1 = Instant::now();
+    barrier(&timer)?;
+    let t2 = Instant::now();
+    perf_ctl("disable");
+    thread::sleep(Duration::from_millis(5)); // one more tick of cancellation processing
+    let pending = timer.pending_timeouts();
+    let fired = counter.load(Ordering::Relaxed);
+    timer.stop()?;
+    Ok(vec![
+        (
+            "ns_per_schedule_cancel",
+            (t1 - t0).as_nanos() as f64 / n as f64,
+        ),
+        (
+            "ns_per_pair_until_accepted",
+            (t2 - t0).as_nanos() as f64 / n as f64,
+        ),
+        ("pending_after", pending as f64),
+        ("fired_during_run", fired as f64),
+    ])
+}
+
+fn w3(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
+    let timer = new_timer(cfg)?;
+    let counter = leak_counter();
+    let closure_bytes = std::mem::size_of_val(&w3_task(counter, 0));
+    assert_eq!(closure_bytes, 16, "W3's task closure must capture 16 bytes");
+    barrier(&timer)?;
+    let n = d.len();
+    let rss_before = rss_bytes();
+    LIVE_BYTES.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for (i, &ms) in d.iter().enumerate() {
+        timer.new_timeout(Duration::from_millis(ms), w3_task(counter, i as u64))?;
+    }
+    barrier(&timer)?;
+    let live = LIVE_BYTES.load(Ordering::SeqCst);
+    COUNTING.store(false, Ordering::SeqCst);
+    let rss_after = rss_bytes();
+    let pending = timer.pending_timeouts();
+    let fired = counter.load(Ordering::Relaxed);
+    timer.stop()?;
+    Ok(vec![
+        ("bytes_per_timeout", live as f64 / n as f64),
+        ("pending_at_measure", pending as f64),
+        ("fired_during_run", fired as f64),
+        (
+            "rss_bytes_per_timeout",
+            (rss_after as f64 - rss_before as f64) / n as f64,
+        ),
+        ("task_closure_bytes", closure_bytes as f64),
+    ])
+}
+
+/// What W4's tasks share: when each fired, and a countdown to "all done".
+struct Lateness {
+    base: Instant,
+    fired: Vec<AtomicU64>,
+    remaining: AtomicUsize,
+    done: mpsc::Sender<()>,
+}
+
+fn w4(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
+    let timer = new_timer(cfg)?;
+    let n = d.len();
+    let (tx, rx) = mpsc::channel();
+    let base = Instant::now();
+    let st = Arc::new(Lateness {
+        base,
+        fired: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        remaining: AtomicUsize::new(n),
+        done: tx,
+    });
+    let mut deadline = vec![0i64; n];
+    perf_ctl("enable");
+    let t0 = Instant::now();
+    for (i, &ms) in d.iter().enumerate() {
+        let s = Arc::clone(&st);
+        let now = nanos_since(base) as i64;
+        deadline[i] = now + ms as i64 * 1_000_000;
+        timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| {
+            s.fired[i].store(nanos_since(s.base), Ordering::Relaxed);
+            if s.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let _ = s.done.send(());
+            }
+        })?;
+    }
+    let t1 = Instant::now();
+    rx.recv()?;
+    perf_ctl("disable");
+    timer.stop()?;
+    let fired: Vec<i64> = st
+        .fired
+        .iter()
+        .map(|f| f.load(Ordering::Relaxed) as i64)
+        .collect();
+    let mut m = lateness_stats(&deadline, &fired, d);
+    m.push(("schedule_loop_ms", (t1 - t0).as_nanos() as f64 / 1e6));
+    if let Some(path) = &cfg.dump {
+        // Per timeout: "deadline_ms_since_loop_start lateness_us" (last rep wins).
+        let t0_ns = (t0 - base).as_nanos() as i64;
+        let mut out = String::with_capacity(n * 24);
+        for i in 0..n {
+            let _ = writeln!(
+                out,
+                "{:.3} {:.3}",
+                (deadline[i] - t0_ns) as f64 / 1e6,
+                (fired[i] - deadline[i]) as f64 / 1e3
+            );
+        }
+        std::fs::write(path, out)?;
+    }
+    Ok(m)
+}
+
+/// Lateness percentiles over all timeouts, plus the same over the "steady"
+/// subset (delay >= 1000 ms), exactly as the Netty harness computes them.
+fn lateness_stats(deadline: &[i64], fired: &[i64], delay_ms: &[u64]) -> Metrics {
+    let n = deadline.len();
+    let mut late: Vec<i64> = Vec::with_capacity(n);
+    let mut steady: Vec<i64> = Vec::new();
+    let mut early = 0u64;
+    let mut sum = 0i64;
+    for i in 0..n {
+        let l = fired[i] - deadline[i];
+        late.push(l);
+        if l < 0 {
+            early += 1;
+        }
+        sum += l;
+        if delay_ms[i] >= 1000 {
+            steady.push(l);
+        }
+    }
+    late.sort_unstable();
+    steady.sort_unstable();
+    let ns = steady.len();
+    let us = |v: i64| v as f64 / 1e3;
+    let steady_at = |p: f64| {
+        if ns == 0 {
+            f64::NAN
+        } else {
+            us(steady[rank(ns, p)])
+        }
+    };
+    vec![
+        ("p50_us", us(late[rank(n, 0.50)])),
+        ("p99_us", us(late[rank(n, 0.99)])),
+        ("p999_us", us(late[rank(n, 0.999)])),
+        ("max_us", us(late[n - 1])),
+        ("min_us", us(late[0])),
+        ("mean_us", sum as f64 / n as f64 / 1e3),
+        ("early_count", early as f64),
+        ("steady_count", ns as f64),
+        ("steady_p50_us", steady_at(0.50)),
+        ("steady_p99_us", steady_at(0.99)),
+        ("steady_p999_us", steady_at(0.999)),
+        (
+            "steady_max_us",
+            if ns == 0 {
+                f64::NAN
+            } else {
+                us(steady[ns - 1])
+            },
+        ),
+    ]
+}
+
+/// W5's shared task state: counts and timestamps the first and last expiry.
+struct Burst {
+    n: usize,
+    base: Instant,
+    count: AtomicUsize,
+    first: AtomicU64,
+    last: AtomicU64,
+    done: mpsc::Sender<()>,
+}
+
+fn burst_fire(b: &Burst) {
+    // Only the worker thread runs tasks: load + store counts exactly.
+    let c = b.count.load(Ordering::Relaxed) + 1;
+    b.count.store(c, Ordering::Relaxed);
+    if c == 1 {
+        b.first.store(nanos_since(b.base), Ordering::Relaxed);
+    }
+    if c == b.n {
+        b.last.store(nanos_since(b.base), Ordering::Relaxed);
+        let _ = b.done.send(());
+    }
+}
+
+/// A fresh shared burst task for one run, and the receiver of its "done".
+fn leak_burst(n: usize, base: Instant) -> (&'static Burst, mpsc::Receiver<()>) {
+    let (tx, rx) = mpsc::channel();
+    let b = Box::leak(Box::new(Burst {
+        n,
+        base,
+        count: AtomicUsize::new(0),
+        first: AtomicU64::new(0),
+        last: AtomicU64::new(0),
+        done: tx,
+    }));
+    (b, rx)
+}
+
+/// W5: every timeout has the same absolute deadline D = t0 + 500 ms
+/// (`delay = D − now`).
+fn w5(cfg: &Config, n: usize) -> BoxResult<Metrics> {
+    let timer = new_timer(cfg)?;
+    perf_ctl("enable");
+    let t0 = Instant::now();
+    let (task, rx) = leak_burst(n, t0);
+    let dl = t0 + Duration::from_millis(500);
+    for _ in 0..n {
+        let delay = dl.saturating_duration_since(Instant::now());
+        timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
+    }
+    let t1 = Instant::now();
+    rx.recv()?;
+    perf_ctl("disable");
+    timer.stop()?;
+    let d_ns = 500_000_000i64;
+    let first = task.first.load(Ordering::Relaxed) as i64;
+    let last = task.last.load(Ordering::Relaxed) as i64;
+    Ok(vec![
+        ("drain_ms", (last - d_ns) as f64 / 1e6),
+        ("first_fire_after_deadline_ms", (first - d_ns) as f64 / 1e6),
+        ("first_to_last_ms", (last - first) as f64 / 1e6),
+        ("ns_per_expiry", (last - first) as f64 / n as f64),
+        ("schedule_loop_ms", (t1 - t0).as_nanos() as f64 / 1e6),
+        ("early_count", if first < d_ns { 1.0 } else { 0.0 }),
+    ])
+}
+
+/// W5b (literal variant): every timeout gets delay 500 ms relative to its
+/// own schedule call.
+fn w5b(cfg: &Config, n: usize) -> BoxResult<Metrics> {
+    let timer = new_timer(cfg)?;
+    perf_ctl("enable");
+    let t0 = Instant::now();
+    let (task, rx) = leak_burst(n, t0);
+    let delay = Duration::from_millis(500);
+    for _ in 0..n - 1 {
+        timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
+    }
+    let last_start = nanos_since(t0) as i64;
+    timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
+    let t1 = Instant::now();
+    rx.recv()?;
+    perf_ctl("disable");
+    timer.stop()?;
+    let first_deadline = 500_000_000i64;
+    let last_deadline = last_start + 500_000_000;
+    let first = task.first.load(Ordering::Relaxed) as i64;
+    let last = task.last.load(Ordering::Relaxed) as i64;
+    Ok(vec![
+        (
+            "drain_after_last_deadline_ms",
+            (last - last_deadline) as f64 / 1e6,
+        ),
+        (
+            "first_fire_after_first_deadline_ms",
+            (first - first_deadline) as f64 / 1e6,
+        ),
+        ("schedule_loop_ms", (t1 - t0).as_nanos() as f64 / 1e6),
+        (
+            "early_count",
+            if first < first_deadline { 1.0 } else { 0.0 },
+        ),
+    ])
+}
+
+fn w6(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
+    let timer = new_timer(cfg)?;
+    let counter = leak_counter();
+    let n = d.len();
+    let threads = cfg.threads;
+    let per = n / threads;
+    let ready = Barrier::new(threads + 1);
+    let go = Barrier::new(threads + 1);
+    let (t0, t1) = thread::scope(|s| -> BoxResult<(Instant, Instant)> {
+        let mut handles = Vec::with_capacity(threads);
+        for k in 0..threads {
+            let from = k * per;
+            let to = if k == threads - 1 { n } else { from + per };
+            let (timer, ready, go) = (&timer, &ready, &go);
+            let slice = &d[from..to];
+            let h = thread::Builder::new()
+                .name(format!("producer-{k}"))
+                .spawn_scoped(s, move || {
+                    ready.wait();
+                    go.wait();
+                    for &ms in slice {
+                        timer
+                            .new_timeout(Duration::from_millis(ms), move |_: &Timeout| {
+                                bump(counter)
+                            })
+                            .expect("new_timeout failed");
+                    }
+                })?;
+            handles.push(h);
+        }
+        ready.wait();
+        perf_ctl("enable");
+        let t0 = Instant::now();
+        go.wait();
+        for h in handles {
+            h.join().map_err(|_| "a producer thread panicked")?;
+        }
+        Ok((t0, Instant::now()))
+    })?;
+    barrier(&timer)?;
+    let t2 = Instant::now();
+    perf_ctl("disable");
+    let pending = timer.pending_timeouts();
+    timer.stop()?;
+    Ok(vec![
+        ("ns_per_schedule", (t1 - t0).as_nanos() as f64 / n as f64),
+        (
+            "ns_per_schedule_until_accepted",
+            (t2 - t0).as_nanos() as f64 / n as f64,
+        ),
+        ("pending_after", pending as f64),
+    ])
+}
+
+/// Idle: a started timer with nothing pending; the CPU the whole process
+/// uses over the window, as a percentage of one core.
+fn idle(cfg: &Config) -> BoxResult<Metrics> {
+    let timer = new_timer(cfg)?;
+    barrier(&timer)?; // the worker has run a tick and gone back to sleep
+    thread::sleep(Duration::from_millis(50));
+    let pending = timer.pending_timeouts();
+    let cpu0 = process_cpu_secs()?;
+    let sched0 = schedstat_cpu_ns();
+    let w0 = Instant::now();
+    thread::sleep(Duration::from_secs_f64(cfg.idle_secs));
+    let cpu1 = process_cpu_secs()?;
+    let sched1 = schedstat_cpu_ns();
+    let wall = w0.elapsed().as_secs_f64();
+    timer.stop()?;
+    let cpu = cpu1 - cpu0;
+    let sched_ms = match (sched0, sched1) {
+        (Some(a), Some(b)) => b.saturating_sub(a) as f64 / 1e6,
+        _ => f64::NAN,
+    };
+    Ok(vec![
+        ("cpu_pct_of_core", cpu / wall * 100.0),
+        ("cpu_s", cpu),
+        ("schedstat_cpu_ms", sched_ms),
+        ("wall_s", wall),
+        ("pending_during", pending as f64),
+    ])
+}
+
+// ---------------------------------------------------------------- driver
+
+fn primary_of(w: &str) -> &'static str {
+    match w {
+        "W1" | "W6" => "ns_per_schedule",
+        "W2" => "ns_per_schedule_cancel",
+        "W3" => "bytes_per_timeout",
+        "W4" => "p99_us",
+        "W5" => "drain_ms",
+        "W5b" => "drain_after_last_deadline_ms",
+        _ => "cpu_pct_of_core",
+    }
+}
+
+type Run<'a> = Box<dyn Fn() -> BoxResult<Metrics> + 'a>;
+
+fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
+    let seed = cfg.seed;
+    match w {
+        "W1" => {
+            let d = delays_ms(cfg.n, 1000, 60000, seed);
+            Box::new(move || w1(cfg, &d))
+        }
+        "W2" => {
+            let d = delays_ms(cfg.n, 1000, 60000, seed);
+            Box::new(move || w2(cfg, &d))
+        }
+        "W3" => {
+            let d = delays_ms(cfg.n, 60000, 120000, seed.wrapping_add(3));
+            Box::new(move || w3(cfg, &d))
+        }
+        "W4" => {
+            let d = delays_ms(cfg.n4, 0, 2000, seed.wrapping_add(4));
+            Box::new(move || w4(cfg, &d))
+        }
+        "W5" => Box::new(move || w5(cfg, cfg.n)),
+        "W5b" => Box::new(move || w5b(cfg, cfg.n)),
+        "W6" => {
+            let d = delays_ms(cfg.n, 1000, 60000, seed.wrapping_add(6));
+            Box::new(move || w6(cfg, &d))
+        }
+        _ => Box::new(move || idle(cfg)),
+    }
+}
+
+/// The Java harness's number format: integers bare, others with 3 decimals.
+fn num(v: f64) -> String {
+    if v == v.round_ties_even() && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else if v.is_nan() {
+        "NaN".to_owned()
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn runtime() -> String {
+    let rustc = std::process::Command::new("rustc")
+        .arg("-V")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "rustc".to_owned());
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    format!("{rustc} {profile}")
+}
+
+fn json(w: &str, cfg: &Config, runtime: &str, runs: &[Metrics]) -> String {
+    let mut s = String::new();
+    s.push_str("{\"impl\":\"redwheel\"");
+    let _ = write!(
+        s,
+        ",\"lib_version\":\"redwheel {}\"",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = write!(s, ",\"runtime\":\"{runtime}\"");
+    let _ = write!(s, ",\"workload\":\"{w}\"");
+    let n = match w {
+        "W4" => cfg.n4,
+        "Idle" => 0,
+        _ => cfg.n,
+    };
+    let _ = write!(
+        s,
+        ",\"params\":{{\"n\":{n},\"tick_ms\":{},\"ticks_per_wheel\":{},\"reps\":{},\"warmup\":{},\"seed\":{}",
+        cfg.tick_ms,
+        cfg.wheel,
+        cfg.reps,
+        if w == "Idle" { 0 } else { cfg.warmup },
+        cfg.seed as i64
+    );
+    if w == "W6" {
+        let _ = write!(s, ",\"threads\":{}", cfg.threads);
+    }
+    if w == "Idle" {
+        let _ = write!(s, ",\"idle_s\":{}", num(cfg.idle_secs));
+    }
+    s.push('}');
+    let _ = write!(s, ",\"primary\":\"{}\"", primary_of(w));
+    s.push_str(",\"metrics\":{");
+    for (k, (name, _)) in runs[0].iter().enumerate() {
+        let v: Vec<f64> = runs.iter().map(|r| r[k].1).collect();
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        let len = sorted.len();
+        let median = if len % 2 == 1 {
+            sorted[len / 2]
+        } else {
+            (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0
+        };
+        if k > 0 {
+            s.push(',');
+        }
+        let runs_list: Vec<String> = v.iter().map(|&x| num(x)).collect();
+        let _ = write!(
+            s,
+            "\"{name}\":{{\"median\":{},\"min\":{},\"max\":{},\"runs\":[{}]}}",
+            num(median),
+            num(sorted[0]),
+            num(sorted[len - 1]),
+            runs_list.join(",")
+        );
+    }
+    s.push_str("}}");
+    s
+}
+
+fn main() -> BoxResult<()> {
+    let (cfg, ws) = parse_args()?;
+    if ws.is_empty() {
+        return Err(format!("name at least one workload: {}", WORKLOADS.join(" ")).into());
+    }
+    let runtime = runtime();
+    let stdout = std::io::stdout();
+    for w in &ws {
+        let run = runner(w, &cfg);
+        let warmup = if w == "Idle" { 0 } else { cfg.warmup };
+        for _ in 0..warmup {
+            run()?;
+        }
+        let mut runs = Vec::with_capacity(cfg.reps);
+        for _ in 0..cfg.reps {
+            runs.push(run()?);
+        }
+        let mut out = stdout.lock();
+        writeln!(out, "{}", json(w, &cfg, &runtime, &runs))?;
+        out.flush()?;
+    }
+    Ok(())
+}
