@@ -35,11 +35,47 @@
 //!
 //! See the [`timer`] module for the semantics (Netty's, item by item) and
 //! the places where redwheel deliberately differs.
+//!
+//! ## Delayed queues
+//!
+//! A [`Redwheel`] connects to Redis and owns one timer, a transfer thread and
+//! a subscriber connection. A message offered with a delay waits in Redis
+//! (so it survives any crash of this process); at its due time, by the
+//! Redis server's clock, a wheel timeout runs an atomic Lua script that
+//! moves it to the queue's ready list, where [`Queue::take`] and
+//! [`Queue::poll`] find it. Any number of processes may offer to, transfer
+//! and consume one queue at once.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redwheel::Redwheel;
+//!
+//! let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+//! let q = rw.queue::<String>("orders")?;
+//! let id = q.offer(&"order-42".to_string(), Duration::from_secs(600))?;
+//! assert!(q.remove(&id)?); // cancelled by id, in O(log n)
+//!
+//! q.offer(&"order-43".to_string(), Duration::from_millis(50))?;
+//! let m = q.take()?; // blocks until a message is due
+//! println!("{} was due at {:?}", m.payload(), m.due());
+//! rw.shutdown(Duration::from_secs(5))?;
+//! # Ok::<(), redwheel::QueueError>(())
+//! ```
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod queue;
+mod redwheel;
+mod scripts;
 pub mod timer;
 
-pub use error::TimerError;
+pub use error::{QueueError, TimerError};
+pub use queue::{Codec, Message, MessageId, Queue, QueueOptions};
+pub use redwheel::{Redwheel, RedwheelOptions};
+
+/// The README's code blocks, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -36,6 +36,10 @@ pub(crate) type Pending = SharedTimeout;
 /// Deadline meaning "never" (a delay that overflowed).
 const NEVER: u64 = u64::MAX;
 
+/// Capacity of the fired list kept between ticks; a larger one, left by a
+/// burst, is released.
+const FIRED_KEEP: usize = 4096;
+
 struct Worker {
     shared: Arc<Shared>,
     wheel: Wheel<Pending>,
@@ -47,6 +51,9 @@ struct Worker {
     /// Timeouts moved into buckets for the tick `tick` so far (the cap is
     /// per processed tick, including a transfer made on waking up).
     transferred: usize,
+    /// Fired timeouts, released once the whole bucket has fired: freeing
+    /// memory is kept off the path between one task and the next.
+    fired: Vec<Pending>,
 }
 
 /// The worker thread's body. Once the timer shuts down, cancels the
@@ -63,6 +70,7 @@ pub(crate) fn run(shared: Arc<Shared>) -> Vec<Timeout> {
         start,
         tick_ns: shared.tick_ns,
         transferred: 0,
+        fired: Vec::new(),
         shared,
     };
     worker.run_loop();
@@ -214,6 +222,7 @@ impl Worker {
     fn expire(&mut self, now: u64) {
         let (start, tick_ns, tick) = (self.start, self.tick_ns, self.tick);
         let shared = &self.shared;
+        let fired = &mut self.fired;
         self.wheel.expire(
             tick,
             |e| Self::due_tick(start, tick_ns, e.deadline),
@@ -223,9 +232,15 @@ impl Worker {
                     "tick {tick} fires deadline {} at {now}",
                     entry.deadline
                 );
-                fire(shared, entry);
+                if let Some(done) = fire(shared, entry) {
+                    fired.push(done);
+                }
             },
         );
+        self.fired.clear();
+        if self.fired.capacity() > FIRED_KEEP {
+            self.fired = Vec::new();
+        }
     }
 
     /// Takes every timeout that never ran out of the wheel and the pending
@@ -247,17 +262,20 @@ impl Worker {
     }
 }
 
-/// Claims a due entry and runs (or hands over) its task. An entry whose
-/// cancellation won the race is dropped: its queued cancellation counts it
-/// out.
-fn fire(shared: &Shared, inner: Pending) {
+/// Claims a due entry and runs (or hands over) its task; returns it for
+/// release when it ran here. An entry whose cancellation won the race is
+/// dropped: its queued cancellation counts it out.
+fn fire(shared: &Shared, inner: Pending) -> Option<Pending> {
     if !inner.try_expire() {
-        return;
+        return None;
     }
     shared.pending_count.fetch_sub(1, Ordering::SeqCst);
     let timeout = Timeout { inner, timer: None };
     match &shared.executor {
-        None => run_task(&timeout),
+        None => {
+            run_task(&timeout);
+            return Some(timeout.inner);
+        }
         Some(executor) => {
             if let Err(job) = executor.execute(Job { timeout }) {
                 tracing::warn!(
@@ -269,4 +287,5 @@ fn fire(shared: &Shared, inner: Pending) {
             }
         }
     }
+    None
 }

@@ -1,0 +1,11 @@
+-- len.lua: count the messages waiting in queue N (delayed or ready, not yet taken).
+--
+-- KEYS[1]  redwheel:{N}:msg       HASH
+-- KEYS[2]  redwheel:{N}:dead      LIST
+-- ARGV     none
+--
+-- Reply: HLEN(msg) - LLEN(dead), an integer.
+--
+-- Invariant: read-only. `msg` holds exactly the waiting messages plus the parked dead
+-- letters, so the difference counts the waiting ones, in O(1).
+return redis.call('HLEN', KEYS[1]) - redis.call('LLEN', KEYS[2])

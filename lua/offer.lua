@@ -1,0 +1,38 @@
+-- offer.lua: add one delayed message to queue N.
+--
+-- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due (ms, Redis server clock)
+-- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
+-- KEYS[3]  redwheel:{N}:wake      channel (only PUBLISHed to)
+-- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME)
+--          or 'a' (ARGV[2] is an absolute due in epoch ms; a past one is clamped to now)
+-- ARGV[2]  the delay or the due time, a non-negative integer in decimal
+-- ARGV[3]  the message id (client-generated, unique)
+-- ARGV[4]  the encoded payload (bytes)
+--
+-- Reply: the message's due time in epoch ms (server clock), an integer.
+--        Error 'ERR redwheel: due overflows' when the due time exceeds 2^53 ms.
+--
+-- Invariant: a message is in `delayed` iff it has a `msg` entry and has not yet been
+-- transferred; both are written together. Due times never come from a client clock
+-- for relative delays. `wake` carries the due time only when it is earlier than every
+-- due already waiting (the message became the head), so transfer tasks learn about
+-- earlier heads, never later ones. O(log n).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due
+if ARGV[1] == 'r' then
+  due = now + tonumber(ARGV[2])
+else
+  due = math.max(now, tonumber(ARGV[2]))
+end
+if due > 9007199254740992 then
+  return redis.error_reply('ERR redwheel: due overflows')
+end
+local dues = string.format('%d', due)
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+redis.call('ZADD', KEYS[1], dues, ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[3], dues .. ':' .. ARGV[4])
+if head[2] == nil or due < tonumber(head[2]) then
+  redis.call('PUBLISH', KEYS[3], dues)
+end
+return due

@@ -1,0 +1,53 @@
+-- offer_batch.lua: add many delayed messages to queue N in one atomic step.
+--
+-- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due (ms, Redis server clock)
+-- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
+-- KEYS[3]  redwheel:{N}:wake      channel (only PUBLISHed to)
+-- ARGV[1]  'r' (each time below is a delay in ms, added to the server's TIME) or 'a' (each
+--          is an absolute due in epoch ms; past ones are clamped to now)
+-- ARGV[2..] triples: delay or due time, id, encoded payload.
+--          The client sends at most 1,000 triples per call (Lua's unpack limit is 8,000).
+--
+-- Reply: the number of messages added.
+--        Error 'ERR redwheel: due overflows' (nothing written) when a due exceeds 2^53 ms.
+--
+-- Invariant: as offer.lua, for every message of the batch; one PUBLISH at most, of the
+-- batch's earliest due, and only when it is earlier than every due already waiting.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local relative = ARGV[1] == 'r'
+local n = (#ARGV - 1) / 3
+local zargs = {}
+local hargs = {}
+local min_due
+for i = 0, n - 1 do
+  local t = tonumber(ARGV[3 * i + 2])
+  local due
+  if relative then
+    due = now + t
+  else
+    due = math.max(now, t)
+  end
+  if due > 9007199254740992 then
+    return redis.error_reply('ERR redwheel: due overflows')
+  end
+  local dues = string.format('%d', due)
+  local id = ARGV[3 * i + 3]
+  zargs[2 * i + 1] = dues
+  zargs[2 * i + 2] = id
+  hargs[2 * i + 1] = id
+  hargs[2 * i + 2] = dues .. ':' .. ARGV[3 * i + 4]
+  if min_due == nil or due < min_due then
+    min_due = due
+  end
+end
+if n == 0 then
+  return 0
+end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+redis.call('ZADD', KEYS[1], unpack(zargs))
+redis.call('HSET', KEYS[2], unpack(hargs))
+if head[2] == nil or min_due < tonumber(head[2]) then
+  redis.call('PUBLISH', KEYS[3], string.format('%d', min_due))
+end
+return n

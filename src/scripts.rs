@@ -1,0 +1,53 @@
+//! Every Lua script of redwheel, built once.
+//!
+//! Each script lives in `lua/` with a header naming its KEYS, ARGV, reply and
+//! the invariant it keeps. [`redis::Script`] hashes the source once; `invoke`
+//! runs EVALSHA and, on `NOSCRIPT` (a restarted or flushed server), loads
+//! the script and retries.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `lua/offer.lua`: one delayed message.
+pub(crate) static OFFER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/offer.lua")));
+
+/// `lua/offer_batch.lua`: up to [`BATCH_OFFER_MAX`] delayed messages.
+pub(crate) static OFFER_BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/offer_batch.lua")));
+
+/// `lua/transfer.lua`: moves due ids from `delayed` to `ready`.
+pub(crate) static TRANSFER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/transfer.lua")));
+
+/// `lua/remove.lua`: cancels a message by id.
+pub(crate) static REMOVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/remove.lua")));
+
+/// `lua/clear.lua`: deletes every message of a queue.
+pub(crate) static CLEAR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/clear.lua")));
+
+/// `lua/take.lua`: hands the first ready message to one consumer.
+pub(crate) static TAKE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/take.lua")));
+
+/// `lua/park.lua`: parks an undecodable message as a dead letter.
+pub(crate) static PARK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/park.lua")));
+
+/// `lua/len.lua`: counts the waiting messages.
+pub(crate) static LEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/len.lua")));
+
+/// Most messages one `offer_batch.lua` call carries (3 ARGV each; Lua's
+/// `unpack` stops at 8,000 values).
+pub(crate) const BATCH_OFFER_MAX: usize = 1_000;
+
+/// Largest transfer batch (`transfer.lua` unpacks the ids it moves).
+pub(crate) const TRANSFER_BATCH_MAX: usize = 4_000;
+
+/// Largest due time a script accepts: 2^53 ms, the last integer a Redis
+/// sorted-set score (a double) holds exactly.
+pub(crate) const MAX_DUE_MS: u64 = 1 << 53;

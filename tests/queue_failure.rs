@@ -1,0 +1,349 @@
+//! Failures and bad input: Redis restarts, a cut wake path, outages, and
+//! every kind of invalid argument, each a typed error.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redwheel::{MessageId, QueueError, QueueOptions, Redwheel};
+use support::{RedisServer, within};
+
+const HANG: Duration = Duration::from_secs(120);
+
+#[test]
+fn redis_killed_and_restarted_mid_test_loses_nothing() {
+    let mut server = RedisServer::with_appendonly();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let q = rw.queue::<String>("restart").unwrap();
+    let n = 200u64;
+    let mut offered = HashSet::new();
+    for i in 0..n {
+        // Half are due before the kill, half after the restart.
+        let delay = if i % 2 == 0 { i } else { 1_500 + i };
+        offered.insert(
+            q.offer(&format!("r{i}"), Duration::from_millis(delay))
+                .unwrap(),
+        );
+    }
+    // Phase 1: take 50, then stop, so that no take script is in flight
+    // when the server is killed (a reply lost in flight is at-most-once).
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (phase_tx, phase_rx) = mpsc::channel::<()>();
+    let consumer = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..50 {
+                got.push(q.take().unwrap().id().clone());
+            }
+            phase_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            // Phase 2: called while Redis is down; keeps waiting.
+            while got.len() < n as usize {
+                got.push(q.take().unwrap().id().clone());
+            }
+            got
+        })
+    };
+    within(HANG, move || phase_rx.recv().unwrap());
+    server.kill();
+    go_tx.send(()).unwrap();
+
+    // During the outage: offers fail with a transient typed error; a
+    // short poll gives up with the same kind of error.
+    let err = q.offer(&"lost".to_string(), Duration::ZERO).unwrap_err();
+    assert!(matches!(err, QueueError::Unavailable(_)), "{err:?}");
+    assert!(err.is_transient());
+    let err = q.poll(Duration::from_millis(200)).unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert!(q.len().unwrap_err().is_transient());
+
+    server.restart();
+    let got = within(HANG, move || consumer.join().unwrap());
+    let got_set: HashSet<MessageId> = got.iter().cloned().collect();
+    assert_eq!(got.len(), got_set.len(), "no duplicates");
+    assert_eq!(
+        got_set, offered,
+        "every message offered before the kill was delivered"
+    );
+    assert_eq!(q.len().unwrap(), 0);
+    // And the queue works normally afterwards.
+    q.offer(&"after".to_string(), Duration::from_millis(10))
+        .unwrap();
+    let m = within(HANG, move || q.take().unwrap());
+    assert_eq!(m.payload(), "after");
+}
+
+#[test]
+fn delivery_continues_after_the_wake_path_is_cut() {
+    let server = RedisServer::start();
+    let guard = Duration::from_millis(500);
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let q = rw
+        .queue_with::<String>("cut", QueueOptions::default().guard_interval(guard))
+        .unwrap();
+    // Make sure the subscriber is up before cutting it: Redis is another
+    // process, so look at its subscription count until it shows.
+    let server = within(HANG, move || {
+        while !server
+            .cmd(&["PUBSUB", "NUMSUB", "redwheel:{cut}:wake"])
+            .contains(":1\r\n")
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
+    });
+    let killed = server.int(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert!(killed >= 1, "the subscriber connection was killed");
+    for i in 0..5u64 {
+        q.offer(&format!("c{i}"), Duration::from_millis(20 + i * 20))
+            .unwrap();
+    }
+    // Delivered (by the reconnect sweep or the guard sweep), never early.
+    // The bound is many guard intervals long: it is a hang guard, not a
+    // latency assertion.
+    let got = within(HANG, move || {
+        (0..5)
+            .map(|_| {
+                let m = q
+                    .poll(guard * 40)
+                    .unwrap()
+                    .expect("delivered within 40 guard intervals");
+                (m, server.time_ms())
+            })
+            .collect::<Vec<_>>()
+    });
+    for (i, (m, at)) in got.iter().enumerate() {
+        assert_eq!(m.payload(), &format!("c{i}"));
+        assert!(*at >= m.due_ms(), "not early");
+    }
+}
+
+#[test]
+fn the_guard_sweep_runs_without_any_wake_up() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let q = rw
+        .queue_with::<String>(
+            "sweep",
+            QueueOptions::default().guard_interval(Duration::from_millis(20)),
+        )
+        .unwrap();
+    let before = q.transfer_stats().runs;
+    // Wait about a second with nothing to do (a poll on an empty queue).
+    assert!(q.poll(Duration::from_secs(1)).unwrap().is_none());
+    let after = q.transfer_stats().runs;
+    // About 50 sweeps are expected; 2 is a generous floor on a busy machine.
+    assert!(after >= before + 2, "sweeps ran: {before} -> {after}");
+}
+
+#[test]
+fn a_blocked_take_returns_shutdown_promptly() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let q = rw.queue::<String>("shut").unwrap();
+    let (started_tx, started_rx) = mpsc::channel();
+    let consumer = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            started_tx.send(()).unwrap();
+            q.take()
+        })
+    };
+    started_rx.recv().unwrap();
+    rw.shutdown(Duration::from_secs(10)).unwrap();
+    let r = within(HANG, move || consumer.join().unwrap());
+    assert!(matches!(r, Err(QueueError::Shutdown)), "{r:?}");
+    assert!(matches!(
+        q.offer(&"x".to_string(), Duration::ZERO),
+        Err(QueueError::Shutdown)
+    ));
+    assert!(matches!(
+        rw.queue::<String>("other"),
+        Err(QueueError::Shutdown)
+    ));
+    rw.shutdown(Duration::from_secs(1)).unwrap();
+    drop(server);
+}
+
+#[test]
+fn connecting_to_nothing_is_a_transient_error_and_a_bad_url_is_not() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = Redwheel::connect(&format!("redis://127.0.0.1:{port}/")).unwrap_err();
+    assert!(matches!(err, QueueError::Unavailable(_)), "{err:?}");
+    assert!(err.is_transient());
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the redis error is the source"
+    );
+    let err = Redwheel::connect("not a url").unwrap_err();
+    assert!(matches!(err, QueueError::Redis(_)), "{err:?}");
+    assert!(!err.is_transient());
+}
+
+#[test]
+fn invalid_queue_names_are_rejected() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let long = "n".repeat(201);
+    for name in [
+        "",
+        "a{b",
+        "a}b",
+        "{tag}",
+        "tab\there",
+        "nul\0",
+        long.as_str(),
+    ] {
+        let err = rw.queue::<String>(name).unwrap_err();
+        assert!(
+            matches!(err, QueueError::InvalidName { .. }),
+            "{name:?}: {err:?}"
+        );
+        assert!(err.is_invalid_input());
+    }
+    assert!(rw.queue::<String>("ünïcode name: ok").is_ok());
+    assert!(rw.queue::<String>(&"n".repeat(200)).is_ok());
+}
+
+#[test]
+fn invalid_options_are_rejected() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    for opts in [
+        QueueOptions::default().transfer_batch(0),
+        QueueOptions::default().transfer_batch(4_001),
+        QueueOptions::default().guard_interval(Duration::ZERO),
+        QueueOptions::default().guard_interval(Duration::MAX),
+    ] {
+        let err = rw.queue_with::<String>("opts", opts).unwrap_err();
+        assert!(matches!(err, QueueError::InvalidOption { .. }), "{err:?}");
+    }
+    let err = Redwheel::connect_with(
+        &server.url(),
+        redwheel::RedwheelOptions::default().max_block(Duration::from_secs(5)),
+    )
+    .unwrap_err();
+    assert!(matches!(err, QueueError::InvalidOption { .. }), "{err:?}");
+}
+
+#[test]
+fn delays_that_overflow_are_rejected_and_nothing_is_written() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let q = rw.queue::<String>("overflow").unwrap();
+    let x = "x".to_string();
+    for delay in [
+        Duration::MAX,
+        Duration::from_millis(1 << 53),
+        Duration::from_secs(u64::MAX / 2),
+    ] {
+        let err = q.offer(&x, delay).unwrap_err();
+        assert!(
+            matches!(err, QueueError::DelayOverflow { .. }),
+            "{delay:?}: {err:?}"
+        );
+        assert!(err.is_invalid_input());
+    }
+    let far = UNIX_EPOCH + Duration::from_millis((1 << 53) + 1);
+    assert!(matches!(
+        q.offer_at(&x, far),
+        Err(QueueError::DelayOverflow { .. })
+    ));
+    // The largest due accepted: 2^53 ms since the epoch.
+    assert!(
+        q.offer_at(&x, UNIX_EPOCH + Duration::from_millis(1 << 53))
+            .is_ok()
+    );
+    // One bad delay in a batch rejects the whole batch.
+    let batch = vec![(x.clone(), Duration::ZERO), (x.clone(), Duration::MAX)];
+    assert!(matches!(
+        q.offer_batch(&batch),
+        Err(QueueError::DelayOverflow { .. })
+    ));
+    assert_eq!(q.len().unwrap(), 1, "only the 2^53 one was written");
+    // A year is fine.
+    assert!(
+        q.offer_at(&x, SystemTime::now() + Duration::from_secs(365 * 86_400))
+            .is_ok()
+    );
+}
+
+#[test]
+fn payloads_over_the_limit_are_rejected() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let q = rw
+        .queue_with::<Vec<u8>>("big", QueueOptions::default().max_payload_bytes(16))
+        .unwrap();
+    assert!(q.offer(&vec![0; 16], Duration::from_secs(60)).is_ok());
+    let err = q.offer(&vec![0; 17], Duration::ZERO).unwrap_err();
+    assert!(
+        matches!(err, QueueError::PayloadTooLarge { size: 17, max: 16 }),
+        "{err:?}"
+    );
+    assert!(err.is_invalid_input());
+    let batch = vec![
+        (vec![1u8], Duration::ZERO),
+        (vec![0u8; 100], Duration::ZERO),
+    ];
+    assert!(matches!(
+        q.offer_batch(&batch),
+        Err(QueueError::PayloadTooLarge { .. })
+    ));
+    assert_eq!(q.len().unwrap(), 1);
+}
+
+#[test]
+fn invalid_message_ids_are_rejected_by_remove() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let q = rw.queue::<String>("ids").unwrap();
+    for id in [String::new(), "i".repeat(129)] {
+        let err = q.remove(&MessageId::from(id)).unwrap_err();
+        assert!(matches!(err, QueueError::InvalidId { .. }), "{err:?}");
+    }
+}
+
+#[test]
+fn an_undecodable_payload_is_a_typed_error_naming_the_message_and_it_is_not_lost() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let raw = rw.queue::<Vec<u8>>("decode").unwrap();
+    let text = rw.queue::<String>("decode").unwrap();
+    let bad = raw.offer(&vec![0xff, 0xfe, 0x00], Duration::ZERO).unwrap();
+    let good = text
+        .offer(&"fine".to_string(), Duration::from_millis(30))
+        .unwrap();
+    let (first, second) = within(HANG, {
+        let text = text.clone();
+        move || (text.take(), text.take())
+    });
+    match first {
+        Err(QueueError::Decode { queue, id, source }) => {
+            assert_eq!(queue, "decode");
+            assert_eq!(id, bad.as_str(), "the error names the message");
+            assert!(!source.to_string().is_empty());
+        }
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+    // The next message is delivered: the bad one does not block the queue.
+    assert_eq!(second.unwrap().id(), &good);
+    // The bad one is parked, with its payload, not lost.
+    assert_eq!(text.dead_letter_ids(10).unwrap(), vec![bad.clone()]);
+    let stored = server.cmd(&["HEXISTS", "redwheel:{decode}:msg", bad.as_str()]);
+    assert_eq!(stored.trim(), ":1");
+    assert_eq!(
+        text.len().unwrap(),
+        0,
+        "dead letters do not count as waiting"
+    );
+    // Cleared with the queue.
+    assert_eq!(text.clear().unwrap(), 1);
+}

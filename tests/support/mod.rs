@@ -1,0 +1,268 @@
+//! Test support: a private `redis-server` per test.
+//!
+//! The server listens on loopback only, on a port the OS picked (bind
+//! `127.0.0.1:0`, read the port, release it, start the server on it; retried
+//! if another process grabbed the port in between), with its working
+//! directory and log in a private temporary directory. By default nothing is
+//! persisted (`--save '' --appendonly no`); [`RedisServer::with_appendonly`]
+//! turns the append-only file on (`appendfsync always`) for restart tests.
+//! Drop kills the server, waits for it and removes the directory; if the
+//! test is panicking, the server log is printed first.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` owned by one test.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    appendonly: bool,
+    child: Option<Child>,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn redis_server_bin() -> String {
+    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(false)
+    }
+
+    /// Starts a server that keeps an append-only file (fsync on every
+    /// write), so a killed server restarts with every acknowledged write.
+    pub fn with_appendonly() -> RedisServer {
+        RedisServer::start_with(true)
+    }
+
+    fn start_with(appendonly: bool) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "redwheel-test-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create the server's directory");
+        let mut last_log = String::new();
+        for _attempt in 0..5 {
+            let port = free_port();
+            let mut server = RedisServer {
+                port,
+                dir: dir.clone(),
+                appendonly,
+                child: None,
+            };
+            if server.spawn_and_wait() {
+                return server;
+            }
+            server.kill();
+            last_log = server.log();
+            let _ = fs::remove_file(server.log_path());
+            std::mem::forget(server); // keep the directory for the next attempt
+        }
+        panic!("redis-server did not start after 5 attempts; last log:\n{last_log}");
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn spawn_and_wait(&mut self) -> bool {
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.log_path())
+            .arg("--save")
+            .arg("")
+            .arg("--daemonize")
+            .arg("no");
+        if self.appendonly {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().expect("spawn redis-server (is it installed?)");
+        self.child = Some(child);
+        self.wait_ready()
+    }
+
+    /// Waits until the server answers PING; false if it exited (e.g. the
+    /// port was taken). Retries only while the connection is refused or
+    /// the server is still loading.
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(_status)) = child.try_wait()
+            {
+                return false;
+            }
+            match ping(self.port) {
+                // Make sure it is our server that answers, not another
+                // test's that took the same port first.
+                Ok(true) => return self.answering_pid() == self.child.as_ref().map(Child::id),
+                Ok(false) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                Err(e) => panic!("unexpected error while waiting for redis-server: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server did not become ready; log:\n{}", self.log());
+    }
+
+    /// Kills the server (SIGKILL) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory (its
+    /// append-only file, if any, is reloaded).
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.spawn_and_wait(),
+            "redis-server did not restart on port {}; log:\n{}",
+            self.port,
+            self.log()
+        );
+    }
+
+    /// Runs one command on a fresh connection and returns the reply as
+    /// text (via `redis-cli`-free raw RESP).
+    pub fn cmd(&self, args: &[&str]) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+        }
+        s.write_all(req.as_bytes()).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    fn answering_pid(&self) -> Option<u32> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n").ok()?;
+        let mut text = String::new();
+        let mut buf = [0u8; 8192];
+        while !text.contains("process_id:") || !text[text.find("process_id:")?..].contains("\r\n") {
+            let n = s.read(&mut buf).ok()?;
+            if n == 0 {
+                return None;
+            }
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        let rest = &text[text.find("process_id:")? + "process_id:".len()..];
+        rest[..rest.find("\r\n")?].trim().parse().ok()
+    }
+
+    /// The server's clock (`TIME`) in epoch ms.
+    pub fn time_ms(&self) -> u64 {
+        let reply = self.cmd(&["TIME"]);
+        let parts: Vec<&str> = reply.split("\r\n").collect();
+        // *2 $n secs $n micros
+        let secs: u64 = parts[2].parse().expect("TIME seconds");
+        let micros: u64 = parts[4].parse().expect("TIME micros");
+        secs * 1000 + micros / 1000
+    }
+
+    /// An integer reply (`:n`) of one command.
+    pub fn int(&self, args: &[&str]) -> i64 {
+        let reply = self.cmd(args);
+        reply
+            .trim()
+            .strip_prefix(':')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("not an integer reply to {args:?}: {reply:?}"))
+    }
+
+    /// The directory holding the log (and any persistence files).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- redis-server log (port {}) ----\n{}\n---- end of log ----",
+                self.port,
+                self.log()
+            );
+        }
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+/// One PING: Ok(true) on PONG, Ok(false) on another reply (e.g. LOADING).
+fn ping(port: u16) -> std::io::Result<bool> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"*1\r\n$4\r\nPING\r\n")?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf)?;
+    Ok(buf[..n].starts_with(b"+PONG"))
+}
+
+/// Fails the test (instead of hanging it) if `f` has not returned within
+/// `limit`: a generous hang guard, not a timing assertion.
+pub fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("hang guard: not done within {limit:?}")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the guarded test body panicked (see above)")
+        }
+    }
+}
