@@ -671,12 +671,14 @@ impl Shared {
     fn cancel_all(self: &Arc<Self>, leftovers: Vec<Pending>) -> Vec<Timeout> {
         let mut never_ran = Vec::with_capacity(leftovers.len());
         for inner in leftovers {
-            let timeout = Timeout {
-                inner,
-                timer: Some(Arc::clone(self)),
-            };
-            if timeout.cancel() {
-                never_ran.push(timeout);
+            // These left the wheel and the queue with the worker's final
+            // collection, so no queue is involved: count them out here.
+            if inner.try_cancel() {
+                self.pending_count.fetch_sub(1, Ordering::SeqCst);
+                never_ran.push(Timeout {
+                    inner,
+                    timer: Some(Arc::clone(self)),
+                });
             }
         }
         never_ran
