@@ -10,8 +10,7 @@
 //! `timer_instances.rs`.
 
 use std::fs;
-use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
@@ -22,70 +21,8 @@ use redwheel::timer::{
     TRANSFER_CAP, Timeout, TimerError,
 };
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-type Counter = Arc<AtomicUsize>;
-
-/// How long a test waits on a channel before declaring a hang. A guard only:
-/// no test expects anything to take this long.
-const HANG_GUARD: Duration = Duration::from_secs(10);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-fn counter() -> Counter {
-    Arc::new(AtomicUsize::new(0))
-}
-
-fn get(c: &Counter) -> usize {
-    c.load(Ordering::SeqCst)
-}
-
-/// A timer on a fresh manual clock that reads zero; its worker's start time
-/// is therefore zero, and tick `t` ends at `(t + 1) * tick`.
-fn manual_timer(tick: Duration, ticks_per_wheel: usize) -> (HashedWheelTimer, ManualClock) {
-    let clock = ManualClock::new();
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(tick)
-        .ticks_per_wheel(ticks_per_wheel)
-        .clock(clock.clone())
-        .build()
-        .expect("valid timer arguments");
-    (timer, clock)
-}
-
-/// Increments its counter when dropped: shows that a task was dropped.
-struct DropCount(Counter);
-
-impl Drop for DropCount {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// A task that counts its runs in `ran`, and its drop (run or not) in
-/// `dropped`.
-fn tracked(ran: &Counter, dropped: &Counter) -> impl FnOnce(&Timeout) + Send + 'static {
-    let ran = ran.clone();
-    let guard = DropCount(dropped.clone());
-    move |_| {
-        let _guard = guard;
-        ran.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// A task that only counts its runs.
-fn counting(ran: &Counter) -> impl FnOnce(&Timeout) + Send + 'static {
-    let ran = ran.clone();
-    move |_| {
-        ran.fetch_add(1, Ordering::SeqCst);
-    }
-}
+mod timer_common;
+use timer_common::*;
 
 /// Threads of this process whose name (`/proc/self/task/*/comm`, at most 15
 /// bytes) is `name`. Listing `/proc/self/task` while other threads exit can
@@ -103,36 +40,6 @@ fn threads_named(name: &str) -> usize {
             .count()
     };
     (0..5).map(|_| scan()).max().unwrap_or(0)
-}
-
-/// Log output captured from a `tracing_subscriber::fmt` subscriber.
-#[derive(Clone, Default)]
-struct LogBuf(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for LogBuf {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl LogBuf {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    /// The captured lines that contain `needle`.
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        self.text()
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
 }
 
 fn subscriber_into(buf: &LogBuf) -> impl tracing::Subscriber + Send + Sync + 'static {

@@ -2,39 +2,12 @@
 //! live timers and the "already warned" flag are process-wide, so no other
 //! test may create timers in this process.
 
-use std::io;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redwheel::timer::{HashedWheelTimer, INSTANCE_COUNT_LIMIT, TimerError};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-/// Log output captured from a `tracing_subscriber::fmt` subscriber.
-#[derive(Clone, Default)]
-struct LogBuf(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for LogBuf {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl LogBuf {
-    /// The captured lines that contain `needle`.
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
-}
+mod timer_common;
+use timer_common::{LogBuf, TestResult};
 
 fn build_timers(n: usize) -> Result<Vec<HashedWheelTimer>, TimerError> {
     (0..n)

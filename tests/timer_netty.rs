@@ -25,7 +25,7 @@
 //! - Netty's `TimerTask.cancelled()` callback has no equivalent: a cancelled
 //!   task is dropped, which the tests observe with a `Drop` counter.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -33,70 +33,8 @@ use std::time::Duration;
 
 use redwheel::timer::{Clock, HashedWheelTimer, Job, ManualClock, Timeout, TimerError};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-type Counter = Arc<AtomicUsize>;
-
-/// How long a test waits on a channel before declaring a hang. A guard only:
-/// no test expects anything to take this long.
-const HANG_GUARD: Duration = Duration::from_secs(10);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-fn counter() -> Counter {
-    Arc::new(AtomicUsize::new(0))
-}
-
-fn get(c: &Counter) -> usize {
-    c.load(Ordering::SeqCst)
-}
-
-/// A timer on a fresh manual clock that reads zero; its worker's start time
-/// is therefore zero, and tick `t` ends at `(t + 1) * tick`.
-fn manual_timer(tick: Duration, ticks_per_wheel: usize) -> (HashedWheelTimer, ManualClock) {
-    let clock = ManualClock::new();
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(tick)
-        .ticks_per_wheel(ticks_per_wheel)
-        .clock(clock.clone())
-        .build()
-        .expect("valid timer arguments");
-    (timer, clock)
-}
-
-/// Increments its counter when dropped: shows that a task was dropped.
-struct DropCount(Counter);
-
-impl Drop for DropCount {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// A task that counts its runs in `ran`, and its drop (run or not) in
-/// `dropped`.
-fn tracked(ran: &Counter, dropped: &Counter) -> impl FnOnce(&Timeout) + Send + 'static {
-    let ran = ran.clone();
-    let guard = DropCount(dropped.clone());
-    move |_| {
-        let _guard = guard;
-        ran.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// A task that only counts its runs.
-fn counting(ran: &Counter) -> impl FnOnce(&Timeout) + Send + 'static {
-    let ran = ran.clone();
-    move |_| {
-        ran.fetch_add(1, Ordering::SeqCst);
-    }
-}
+mod timer_common;
+use timer_common::*;
 
 // Ports testScheduleTimeoutShouldNotRunBeforeDelay (HWTT:38): the 3 s real
 // wait becomes exact clock moves, checked at 3 s and 1 ns before the deadline.
