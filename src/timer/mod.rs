@@ -105,6 +105,11 @@ const WORKER_SHUTDOWN: u8 = 2;
 /// `start_ns` before the worker has published its start time.
 const START_UNSET: u64 = u64::MAX;
 
+/// `Shared::doze` values; `DOZE_WOKEN_BASE + t` records a wake-up at `t`.
+const DOZE_AWAKE: u64 = 0;
+const DOZE_DOZING: u64 = 1;
+const DOZE_WOKEN_BASE: u64 = 2;
+
 static LIVE_TIMERS: AtomicUsize = AtomicUsize::new(0);
 static WARNED_TOO_MANY: AtomicBool = AtomicBool::new(false);
 
@@ -319,8 +324,7 @@ impl Builder {
             pending_rx,
             cancelled_tx,
             cancelled_rx,
-            dozing: AtomicBool::new(false),
-            woken_at: AtomicU64::new(u64::MAX),
+            doze: AtomicU64::new(DOZE_AWAKE),
             parker: Parker::default(),
             worker: Mutex::new(None),
             worker_id: OnceLock::new(),
@@ -484,12 +488,11 @@ pub(crate) struct Shared {
     pending_rx: Receiver<Pending>,
     cancelled_tx: Sender<SharedTimeout>,
     cancelled_rx: Receiver<SharedTimeout>,
-    /// The worker sleeps past the end of the current tick; the first
-    /// producer or canceller to see this wakes it.
-    dozing: AtomicBool,
-    /// Clock reading (ns) of the last such wake-up; `u64::MAX` when none is
-    /// outstanding. Published before the unpark, read by the worker after.
-    woken_at: AtomicU64,
+    /// `DOZE_AWAKE`, `DOZE_DOZING` (the worker sleeps past the end of the
+    /// current tick), or `DOZE_WOKEN_BASE + t`: a producer or canceller woke
+    /// it at clock time `t`. One word, so claiming the wake-up and recording
+    /// its time is one CAS, and the worker reads and clears both at once.
+    doze: AtomicU64,
     parker: Parker,
     worker: Mutex<Option<JoinHandle<Vec<Timeout>>>>,
     worker_id: OnceLock<ThreadId>,
@@ -606,12 +609,18 @@ impl Shared {
     /// we see it dozing.
     fn wake_if_dozing(&self) {
         fence(Ordering::SeqCst);
-        if self.dozing.load(Ordering::Relaxed) && self.dozing.swap(false, Ordering::Relaxed) {
-            // When we woke it: the worker may run only after the clock has
-            // moved on, and must not skip the tick our push belongs to.
-            self.woken_at
-                .store(nanos(self.clock.now()), Ordering::Relaxed);
-            self.parker.unpark();
+        if self.doze.load(Ordering::Relaxed) == DOZE_DOZING {
+            // Claim the wake-up and say when, in one step: the worker may run
+            // only after the clock moved on, and must not skip the tick our
+            // push belongs to.
+            let at = nanos(self.clock.now()).saturating_add(DOZE_WOKEN_BASE);
+            if self
+                .doze
+                .compare_exchange(DOZE_DOZING, at, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.parker.unpark();
+            }
         }
     }
 

@@ -14,10 +14,10 @@
 //!   the queues are empty and nothing in the wheel can be due before tick
 //!   `w`, the worker "dozes" until the end of `w` (forever when the wheel is
 //!   empty) and then skips the ticks in between, which had nothing to do.
-//!   Before dozing it raises the `dozing` flag and re-checks the queues; a
-//!   producer (or canceller) pushes and then reads the flag (both sides with
-//!   a `SeqCst` fence), and the first one to see it raised clears it and
-//!   wakes the worker. So nothing waits in a queue while the worker dozes:
+//!   Before dozing it marks `doze` and re-checks the queues; a producer (or
+//!   canceller) pushes and then reads `doze` (both sides with a `SeqCst`
+//!   fence), and the first one to see it dozing claims the wake-up with a
+//!   CAS that also records when it happened, then wakes the worker. So nothing waits in a queue while the worker dozes:
 //!   a burst of new timeouts is moved into buckets tick by tick as it
 //!   arrives, not all at once when the next one falls due.
 
@@ -28,7 +28,9 @@ use std::time::Duration;
 
 use super::timeout::SharedTimeout;
 use super::wheel::Wheel;
-use super::{Job, Shared, TRANSFER_CAP, Timeout, nanos, run_task};
+use super::{
+    DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Job, Shared, TRANSFER_CAP, Timeout, nanos, run_task,
+};
 
 /// A timeout on its way to, or in, the wheel (its task travels inside).
 pub(crate) type Pending = SharedTimeout;
@@ -124,7 +126,8 @@ impl Worker {
                 self.wheel.next_due(self.tick).map(|t| t.max(self.tick))
             };
             let dozing = wake_tick != Some(self.tick);
-            shared.dozing.store(dozing, Ordering::SeqCst);
+            let doze = if dozing { DOZE_DOZING } else { DOZE_AWAKE };
+            shared.doze.store(doze, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             let raced =
                 !has_input && (!shared.pending_rx.is_empty() || !shared.cancelled_rx.is_empty());
@@ -134,12 +137,12 @@ impl Worker {
                     .clock
                     .park(&shared.parker, deadline.map(Duration::from_nanos));
             }
-            shared.dozing.store(false, Ordering::SeqCst);
+            let doze = shared.doze.swap(DOZE_AWAKE, Ordering::SeqCst);
             if dozing {
                 // A producer or canceller that woke us did so at `woken_at`:
                 // what it pushed belongs to that tick, even if the clock
                 // moved on before we ran.
-                let woken_at = shared.woken_at.swap(u64::MAX, Ordering::Relaxed);
+                let woken_at = doze.checked_sub(DOZE_WOKEN_BASE).unwrap_or(u64::MAX);
                 let now = nanos(shared.clock.now());
                 self.skip_idle_ticks(now.min(woken_at));
             }
