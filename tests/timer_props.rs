@@ -8,11 +8,9 @@
 //! [`ManualClock`]: no sleeps, no wall-clock assertions.
 //!
 //! Each property runs 10,000 cases by default; set `PROPTEST_CASES` to
-//! change that. The harness settles the clock after every call that may
-//! wake the worker, so every check runs at a quiescent point;
-//! `REDWHEEL_MODEL_RACE=1` lets the next operation race the worker's
-//! wake-up instead (see `settle_after_calls` in the model for the one known
-//! deviation in that mode).
+//! change that. The next operation may race the worker's handling of a
+//! wake-up (the stricter mode); `REDWHEEL_MODEL_SETTLE=1` makes the harness
+//! settle the clock after every call that may wake the worker instead.
 
 #[allow(dead_code)]
 #[path = "../fuzz/src/timer_model.rs"]
@@ -558,13 +556,13 @@ impl Drops {
 
 #[test]
 fn a_timeout_that_wakes_the_worker_fires_at_the_end_of_its_own_tick() {
-    // Found by the properties (timer bug, see the report). The worker
-    // sleeps with nothing to do; `new_timeout` unparks it. When the clock
-    // moves on before the worker runs, the worker reads the new time on
-    // waking, skips to the current tick (the wheel had nothing due) and only
-    // then looks at the new timeout: due in tick 1, it fires at the end of
-    // tick 5, not in the `advance` that ended tick 1. A real clock shows the
-    // same: a wake-up lag across a tick boundary costs a whole extra tick.
+    // Found by the properties at b528c3c (fixed since by `woken_at`). The
+    // worker sleeps with nothing to do; `new_timeout` unparks it. When the
+    // clock moved on before the worker ran, the worker read the new time on
+    // waking, skipped to the current tick (the wheel had nothing due) and
+    // only then looked at the new timeout: due in tick 1, it fired at the
+    // end of tick 5, not in the `advance` that ended tick 1. With a real
+    // clock a wake-up lag across a tick boundary cost a whole extra tick.
     for round in 0..20 {
         let clock = ManualClock::new();
         let timer = timer_on(&clock, TICK, 8);
@@ -586,10 +584,10 @@ fn a_timeout_that_wakes_the_worker_fires_at_the_end_of_its_own_tick() {
 
 #[test]
 fn a_cancellation_that_wakes_the_worker_is_counted_out_at_the_next_tick_boundary() {
-    // The same race for `cancel`: a worker dozing until a far tick is
-    // unparked by the cancellation, wakes after the clock moved, skips to
-    // the current tick and processes the cancellation only at its end, so
-    // `pending_timeouts()` and the task's memory outlive the tick boundary.
+    // The same race for `cancel` (b528c3c): a worker dozing until a far
+    // tick, unparked by the cancellation, woke after the clock moved,
+    // skipped to the current tick and processed the cancellation only at
+    // its end, so `pending_timeouts()` and the task outlived the boundary.
     for round in 0..20 {
         let clock = ManualClock::new();
         let timer = timer_on(&clock, TICK, 8);
@@ -612,6 +610,47 @@ fn a_cancellation_that_wakes_the_worker_is_counted_out_at_the_next_tick_boundary
             0,
             "round {round}: the cancelled task is freed"
         );
+    }
+}
+
+#[test]
+fn a_cancellation_is_not_counted_out_before_the_tick_boundary_while_others_push() {
+    // Found by the properties at 1ae39ed (fixed since: only a transfer
+    // stopped by the cap keeps `skip_idle_ticks` from skipping). The worker
+    // dozes through ticks 1 and 2; a cancel at 30 ms wakes it. When another
+    // thread pushes between the worker's transfer and its "queue empty?"
+    // check, `skip_idle_ticks` declines to skip, the worker processes the
+    // ticks that ended while it dozed and counts the cancellation made in
+    // tick 3 out at 30 ms, before the boundary at 40 ms. So the count after
+    // a settle depends on thread timing.
+    const PUSHES: usize = 2000;
+    for round in 0..200 {
+        let clock = ManualClock::new();
+        let timer = timer_on(&clock, TICK, 64);
+        let far = timer.new_timeout(TICK * 50, |_: &Timeout| {}).unwrap();
+        clock.settle();
+        clock.advance(TICK); // tick 0 processed; the worker dozes until tick 50
+        clock.advance(TICK * 2); // 30 ms: ticks 1 and 2 ended while it dozed
+        let go = Arc::new(std::sync::Barrier::new(2));
+        let (t, g) = (timer.clone(), go.clone());
+        let pusher = thread::spawn(move || {
+            g.wait();
+            for _ in 0..PUSHES {
+                t.new_timeout(TICK * 40, |_: &Timeout| {}).unwrap();
+            }
+        });
+        go.wait();
+        assert!(far.cancel()); // at 30 ms, in tick 3: counted out at 40 ms
+        pusher.join().unwrap();
+        clock.settle();
+        assert_eq!(
+            timer.pending_timeouts(),
+            PUSHES + 1,
+            "round {round}: the cancellation was counted out before 40 ms"
+        );
+        clock.advance(TICK);
+        assert_eq!(timer.pending_timeouts(), PUSHES, "round {round}");
+        timer.stop().unwrap();
     }
 }
 
@@ -955,7 +994,7 @@ fn model_harness_replays_a_hand_written_sequence() {
 
 #[test]
 fn regression_fuzz_first_zero_delay_timeout_then_a_jump_fires_in_its_tick() {
-    // Found by `timer_ops` after 5,323 runs: the wake-up race of
+    // Found by `timer_ops` (at b528c3c) after 5,323 runs: the wake-up race of
     // `a_timeout_that_wakes_the_worker_fires_at_the_end_of_its_own_tick`,
     // here on the very first `new_timeout` (the worker starts, finds no
     // input, sleeps; the timeout's unpark comes after the clock moved).
@@ -979,7 +1018,7 @@ fn regression_fuzz_first_zero_delay_timeout_then_a_jump_fires_in_its_tick() {
 
 #[test]
 fn regression_fuzz_a_far_jump_after_task_cancellations_completes_and_matches_the_model() {
-    // Found by `timer_ops` (with the harness settling after calls, now the default) after 119,892
+    // Found by `timer_ops` (with REDWHEEL_MODEL_SETTLE=1) after 119,892
     // runs: one wheel bucket, tasks that cancel and panic, then jumps of
     // hundreds of days. A cancellation queued by a task in the last tick
     // before a jump woke the worker right after the jump's start, and it

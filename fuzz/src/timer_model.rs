@@ -94,17 +94,14 @@ const YEAR_NS: u64 = 365 * DAY_NS;
 
 /// Whether the harness calls `ManualClock::settle()` after each call that
 /// may wake the worker (`new_timeout`, `cancel`, `start`) before it checks
-/// or moves the clock. On by default: the checks then run at quiescent
-/// points, where the model's timing is exact. `REDWHEEL_MODEL_RACE=1` turns
-/// it off, so the next operation may move the clock while the worker is
-/// still handling the wake-up. Known deviation in that mode (open work): a
-/// dozing worker woken by a cancellation may catch up on ticks that ended
-/// before it and count the cancellation out then, after the `cancel()` but
-/// before the end of the tick that contains it, where Netty's always-ticking
-/// worker would count it out.
+/// or moves the clock. Off by default, the stricter mode: the next
+/// operation may then move the clock while the worker is still handling
+/// the wake-up, and the model's timing must hold all the same. Set
+/// `REDWHEEL_MODEL_SETTLE=1` to check only at quiescent points (for hunting
+/// other failures should a wake-up race reappear).
 fn settle_after_calls() -> bool {
     static SETTLE: OnceLock<bool> = OnceLock::new();
-    *SETTLE.get_or_init(|| std::env::var_os("REDWHEEL_MODEL_RACE").is_none_or(|v| v != "1"))
+    *SETTLE.get_or_init(|| std::env::var_os("REDWHEEL_MODEL_SETTLE").is_some_and(|v| v == "1"))
 }
 
 /// Installs (once per process) a panic hook that stays silent for the

@@ -159,8 +159,12 @@ impl Worker {
         if current <= self.tick {
             return;
         }
-        self.transfer();
-        if !self.shared.pending_rx.is_empty() {
+        // `upto` was read from the clock before this transfer started. If
+        // the transfer saw the queue empty, whatever is queued now was pushed
+        // after that reading, so its deadline is at or after `upto` and no
+        // skipped tick can be its due tick. Only a transfer stopped by the
+        // cap leaves timeouts that may be due earlier.
+        if !self.transfer() {
             return;
         }
         let next_due = self.wheel.next_due(self.tick).unwrap_or(u64::MAX);
@@ -169,7 +173,7 @@ impl Worker {
 
     fn process_tick(&mut self, now: u64) {
         self.process_cancelled();
-        self.transfer();
+        let _ = self.transfer();
         self.expire(now);
         self.transferred = 0;
     }
@@ -191,12 +195,13 @@ impl Worker {
     }
 
     /// Moves pending timeouts into buckets, at most `TRANSFER_CAP` for the
-    /// current tick.
-    fn transfer(&mut self) {
+    /// current tick. Returns `true` if it found the queue empty, `false` if
+    /// it stopped at the cap.
+    fn transfer(&mut self) -> bool {
         let shared = Arc::clone(&self.shared);
         while self.transferred < TRANSFER_CAP {
             let Ok(entry) = shared.pending_rx.try_recv() else {
-                return;
+                return true;
             };
             self.transferred += 1;
             if entry.is_cancelled() {
@@ -219,6 +224,7 @@ impl Worker {
                 }
             }
         }
+        false
     }
 
     /// Fires the due entries of the current tick's bucket.
