@@ -17,13 +17,15 @@
 //!   all are in the ready list (transfer rate) and until all are taken.
 //!   `q5t` is the same with no consumers (transfer only).
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use redwheel::{Queue, QueueOptions, Redwheel};
+
+#[path = "support/throwaway_redis.rs"]
+mod throwaway_redis;
+use throwaway_redis::ThrowawayRedis;
 
 struct SplitMix64(u64);
 
@@ -255,7 +257,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = match std::env::var("REDIS_URL") {
         Ok(url) => (url, None),
         Err(_) => {
-            let s = Server::start()?;
+            let s = ThrowawayRedis::start("bench")?;
             (s.url(), Some(s))
         }
     };
@@ -274,47 +276,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     rw.shutdown(Duration::from_secs(10))?;
     Ok(())
-}
-
-/// A private redis-server on a free loopback port, stopped on drop.
-struct Server {
-    port: u16,
-    child: Child,
-    dir: std::path::PathBuf,
-}
-
-impl Server {
-    fn start() -> Result<Server, Box<dyn std::error::Error>> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dir = std::env::temp_dir().join(format!("redwheel-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()?;
-        let server = Server { port, child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                return Err("redis-server did not start".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
