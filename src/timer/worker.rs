@@ -102,6 +102,10 @@ impl Worker {
 
     fn run_loop(&mut self) {
         let shared = Arc::clone(&self.shared);
+        // The tick during which new input woke us from a doze: until it
+        // ends we stay awake (producers then push without waking us again),
+        // and its transfer moves whatever arrived meanwhile.
+        let mut awake_through: Option<u64> = None;
         loop {
             if shared.is_shutdown() {
                 return;
@@ -120,7 +124,7 @@ impl Worker {
             }
             // The current tick is still running: sleep, as long as we can.
             let has_input = !shared.pending_rx.is_empty() || !shared.cancelled_rx.is_empty();
-            let wake_tick = if has_input {
+            let wake_tick = if has_input || awake_through == Some(self.tick) {
                 Some(self.tick)
             } else {
                 self.wheel.next_due(self.tick).map(|t| t.max(self.tick))
@@ -145,6 +149,9 @@ impl Worker {
                 let woken_at = doze.checked_sub(DOZE_WOKEN_BASE).unwrap_or(u64::MAX);
                 let now = nanos(shared.clock.now());
                 self.skip_idle_ticks(now.min(woken_at));
+                if woken_at != u64::MAX {
+                    awake_through = Some(self.tick);
+                }
             }
         }
     }
