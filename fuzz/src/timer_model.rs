@@ -22,7 +22,10 @@
 //!   its due end, and in no other: never before its deadline, never before
 //!   its tick ended, never late, at most once;
 //! * within one `advance`, timeouts fire in due-tick order, and within a
-//!   tick in creation order (buckets are FIFO);
+//!   tick in creation order per producer thread (the test thread, or the
+//!   worker thread running tasks): each thread's timeouts reach the wheel
+//!   in the order it made them, but how two threads' timeouts interleave
+//!   is not promised (SPEC HWT-W11);
 //! * `cancel()` returns true iff the timeout had neither fired nor been
 //!   cancelled; after a true `cancel()` it never fires;
 //! * `pending_timeouts()` counts every timeout created and not fired, plus
@@ -506,6 +509,8 @@ struct Entry {
     state: State,
     /// `Some(ran)` once the task was dropped.
     dropped: Option<bool>,
+    /// Made by a task (on the worker thread), not by the test thread.
+    by_task: bool,
 }
 
 /// The model of one timer.
@@ -548,6 +553,7 @@ impl Model {
             queued_until,
             state: State::Live,
             dropped: None,
+            by_task: false,
         }
     }
 
@@ -759,6 +765,7 @@ impl Harness {
                     queued_until: 0,
                     state: State::Failed,
                     dropped: None,
+                    by_task: false,
                 });
                 self.rec.store(id, None);
             }
@@ -903,6 +910,8 @@ impl Harness {
     fn replay(&mut self) {
         let now = self.model.now;
         let mut last_fired: Option<(u64, usize)> = None;
+        // Per producer (test thread, tasks): the last timeout fired.
+        let mut last_of: [Option<(u64, usize)>; 2] = [None, None];
         let mut running: Option<usize> = None;
         // The target of the `cancel()` a task is in: a successful cancel
         // may drop the task right away, before it returns.
@@ -944,14 +953,26 @@ impl Harness {
                     let key = (e.due_tick, id);
                     if let Some(last) = last_fired {
                         assert!(
-                            last < key,
+                            last.0 <= key.0,
                             "timeout {id} (due tick {}) fired after timeout {} (due tick {}): \
-                             ticks run in order, FIFO within a tick",
+                             ticks run in order",
                             e.due_tick,
                             last.1,
                             last.0
                         );
                     }
+                    let producer = &mut last_of[usize::from(e.by_task)];
+                    if let Some(last) = *producer {
+                        assert!(
+                            last < key,
+                            "timeout {id} (due tick {}) fired after timeout {} (due tick {}) \
+                             of the same producer: FIFO within a tick",
+                            e.due_tick,
+                            last.1,
+                            last.0
+                        );
+                    }
+                    *producer = Some(key);
                     last_fired = Some(key);
                     running = Some(id);
                     self.model.entries[id].state = State::Fired { at };
@@ -982,7 +1003,8 @@ impl Harness {
                     // Made during tick `k`: moved into the wheel at `k + 1`.
                     let k = self.model.entries[parent].due_tick;
                     let queued_until = self.model.end_of(k + 1).unwrap_or(u64::MAX);
-                    let entry = self.model.entry(deadline, queued_until);
+                    let mut entry = self.model.entry(deadline, queued_until);
+                    entry.by_task = true;
                     assert!(
                         entry.due_end.is_none_or(|end| end > now),
                         "timeout {id} made by a task is due in a tick that already ended"

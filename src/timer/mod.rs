@@ -7,12 +7,12 @@
 //! [`start`](HashedWheelTimer::start)). The wheel is a ring of `2^k`
 //! buckets; the bucket of tick `t` is `t & (2^k - 1)`.
 //!
-//! * `new_timeout` never touches the wheel: it pushes the timeout onto a
-//!   lock-free pending queue and returns its [`Timeout`] handle.
-//! * `cancel` is a compare-and-swap on the timeout's state plus a push onto a
-//!   cancelled queue.
+//! * `new_timeout` never touches the wheel: it pushes the timeout onto the
+//!   pending list of its thread's inbox and returns its [`Timeout`] handle.
+//! * `cancel` is a compare-and-swap on the timeout's state plus a push onto
+//!   the cancelled list of the inbox the timeout came through.
 //! * Tick `t` covers `[start + t·tick, start + (t+1)·tick)`. The worker
-//!   processes it once it has ended: it drains the cancelled queue
+//!   processes it once it has ended: it drains the cancelled lists
 //!   (unlinking those timeouts), moves at most 100,000 pending timeouts into
 //!   buckets, and then fires, in FIFO order, every timeout of bucket
 //!   `t & mask` whose deadline falls in tick `t` or earlier.
@@ -27,8 +27,20 @@
 //! In layers, following tokio's time driver: `wheel.rs` is the data
 //! structure in integer ticks (slab-backed doubly-linked buckets whose keys
 //! carry a generation), `timeout.rs` the per-timeout state, `clock.rs` the
-//! time source, `worker.rs` the tick loop. Timeouts move from producers to
-//! the worker over two crossbeam channels (pending, cancelled).
+//! time source, `inbox.rs` the way in, `worker.rs` the tick loop.
+//!
+//! Timeouts reach the worker through inboxes: a few per core, each a pair of
+//! vectors (pending, cancelled) under a lock that only its own producer
+//! threads and, about once per tick, the worker take. A producer's push is
+//! an uncontended lock, a vector push and an unlock; the worker swaps whole
+//! vectors out. Netty uses one lock-free MPSC queue instead; in Rust that
+//! costs a contended compare-and-swap per push when producers run in
+//! parallel, and its segments are allocated by producers and freed by the
+//! worker, which made the allocator the bottleneck. Each thread's timeouts
+//! keep their order (SPEC HWT-W11 promises order per producer); how two
+//! threads' timeouts due in the same tick interleave is not specified.
+//! Timeouts are counted per inbox (`added`) and by the worker (`removed`),
+//! so no counter is shared by all producers either.
 //!
 //! Netty wakes up every tick. This worker processes every tick in order
 //! while there is something to do, but when nothing can be due before some
@@ -55,18 +67,19 @@
 //!   (implement `Drop` on what it captures to observe that).
 
 mod clock;
+mod inbox;
 mod timeout;
 mod wheel;
 mod worker;
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, ThreadId};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 
 pub use self::clock::{Clock, ManualClock, SystemClock};
@@ -74,7 +87,8 @@ pub use self::timeout::Timeout;
 pub use crate::error::TimerError;
 
 use self::clock::Parker;
-use self::timeout::{SharedTimeout, TimeoutInner};
+use self::inbox::{Inbox, Inboxes, Pushed};
+use self::timeout::TimeoutInner;
 use self::worker::Pending;
 
 /// What [`HashedWheelTimer::new_timeout`] runs: any `FnOnce(&Timeout)`
@@ -308,27 +322,26 @@ impl Builder {
                 reason: "must not contain a NUL character".to_owned(),
             });
         }
-        let (pending_tx, pending_rx) = crossbeam_channel::unbounded();
-        let (cancelled_tx, cancelled_rx) = crossbeam_channel::unbounded();
-        let shared = Arc::new(Shared {
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let shared = Arc::new_cyclic(|weak| Shared {
             state: AtomicU8::new(WORKER_INIT),
             start_ns: AtomicU64::new(START_UNSET),
             start_lock: Mutex::new(()),
             start_cv: Condvar::new(),
-            pending_count: AtomicUsize::new(0),
+            inboxes: (0..inbox::inbox_count())
+                .map(|_| Arc::new(Inbox::new(weak.clone())))
+                .collect(),
+            removed_by_worker: CachePadded::new(AtomicU64::new(0)),
+            removed_elsewhere: AtomicU64::new(0),
+            reserved: AtomicUsize::new(0),
             max_pending: self.max_pending,
             tick_ns,
             wheel_len,
-            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
-            pending_tx,
-            pending_rx,
-            cancelled_tx,
-            cancelled_rx,
+            clock,
             doze: AtomicU64::new(DOZE_AWAKE),
             parker: Parker::default(),
             worker: Mutex::new(None),
             worker_id: OnceLock::new(),
-            worker_exited: AtomicBool::new(false),
             executor: self.executor,
             thread_name: self.thread_name,
             counted: AtomicBool::new(true),
@@ -397,7 +410,7 @@ impl fmt::Debug for HashedWheelTimer {
         f.debug_struct("HashedWheelTimer")
             .field("tick_duration", &Duration::from_nanos(s.tick_ns))
             .field("ticks_per_wheel", &s.wheel_len)
-            .field("pending_timeouts", &s.pending_count.load(Ordering::Relaxed))
+            .field("pending_timeouts", &s.pending())
             .field("state", &state)
             .finish()
     }
@@ -452,7 +465,7 @@ impl HashedWheelTimer {
     /// timeout stops counting when the worker processes the cancellation, at
     /// the next tick boundary (as in Netty).
     pub fn pending_timeouts(&self) -> usize {
-        self.handle.shared.pending_count.load(Ordering::SeqCst)
+        self.handle.shared.pending()
     }
 
     /// The current time on the timer's clock, on the same scale as
@@ -479,15 +492,22 @@ pub(crate) struct Shared {
     start_ns: AtomicU64,
     start_lock: Mutex<()>,
     start_cv: Condvar,
-    pending_count: AtomicUsize,
+    /// Where producers and cancellers queue work for the worker; a thread
+    /// uses `inboxes[thread_slot & (len - 1)]`.
+    inboxes: Inboxes,
+    /// Timeouts counted out (expired, or their cancellation processed) by
+    /// the worker; only the worker writes it. Pending is the inboxes'
+    /// `added` minus this and `removed_elsewhere`.
+    removed_by_worker: CachePadded<AtomicU64>,
+    /// Timeouts counted out by other threads (after the worker exited).
+    removed_elsewhere: AtomicU64,
+    /// With `max_pending > 0` only: the pending count, kept exactly for
+    /// admission (a reservation is taken before the push).
+    reserved: AtomicUsize,
     max_pending: usize,
     tick_ns: u64,
     wheel_len: usize,
     clock: Arc<dyn Clock>,
-    pending_tx: Sender<Pending>,
-    pending_rx: Receiver<Pending>,
-    cancelled_tx: Sender<SharedTimeout>,
-    cancelled_rx: Receiver<SharedTimeout>,
     /// `DOZE_AWAKE`, `DOZE_DOZING` (the worker sleeps past the end of the
     /// current tick), or `DOZE_WOKEN_BASE + t`: a producer or canceller woke
     /// it at clock time `t`. One word, so claiming the wake-up and recording
@@ -496,8 +516,6 @@ pub(crate) struct Shared {
     parker: Parker,
     worker: Mutex<Option<JoinHandle<Vec<Timeout>>>>,
     worker_id: OnceLock<ThreadId>,
-    /// The worker has collected its leftovers and will touch no queue again.
-    worker_exited: AtomicBool,
     executor: Option<Arc<dyn Executor>>,
     thread_name: String,
     /// This timer is still counted in `LIVE_TIMERS`.
@@ -542,7 +560,7 @@ impl Shared {
                     Ok(handle) => *self.worker.lock() = Some(handle),
                     Err(e) => {
                         self.state.store(WORKER_SHUTDOWN, Ordering::SeqCst);
-                        self.worker_exited.store(true, Ordering::SeqCst);
+                        self.close_inboxes();
                         self.uncount();
                         self.publish_start(0);
                         return Err(TimerError::Spawn(e));
@@ -571,79 +589,91 @@ impl Shared {
         delay: Duration,
         task: F,
     ) -> Result<Timeout, TimerError> {
-        let pending = self.pending_count.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.max_pending > 0 && pending > self.max_pending {
-            self.pending_count.fetch_sub(1, Ordering::SeqCst);
-            return Err(TimerError::TooManyPending {
-                pending: pending - 1,
-                max: self.max_pending,
-            });
+        if self.max_pending > 0 {
+            let pending = self.reserved.fetch_add(1, Ordering::SeqCst) + 1;
+            if pending > self.max_pending {
+                self.reserved.fetch_sub(1, Ordering::SeqCst);
+                return Err(TimerError::TooManyPending {
+                    pending: pending - 1,
+                    max: self.max_pending,
+                });
+            }
         }
         if let Err(e) = self.start() {
-            self.pending_count.fetch_sub(1, Ordering::SeqCst);
+            self.unreserve(1);
             return Err(e);
         }
         let now = nanos(self.clock.now());
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         let deadline = now.saturating_add(delay);
         let inner = TimeoutInner::new(deadline, task);
-        let timeout = Timeout {
-            inner: Arc::clone(&inner),
-            timer: Some(Arc::clone(self)),
-        };
-        // The receiver lives in `self`, so the send cannot fail.
-        let _ = self.pending_tx.send(inner);
-        self.wake_if_dozing();
-        // `stop()` raced with us: either nobody will see this timeout and we
-        // cancel it here (Stopped), or the worker's final drain took it and
-        // `stop()` returns it, cancelled (then so do we). It never runs.
-        if self.is_shutdown() && timeout.cancel() {
-            return Err(TimerError::Stopped);
-        }
-        Ok(timeout)
-    }
-
-    /// After a push onto a queue: wakes the worker if it dozes past the
-    /// current tick (only the first caller to see it dozing does). The fence
-    /// pairs with the worker's before it dozes: either it sees the push, or
-    /// we see it dozing.
-    fn wake_if_dozing(&self) {
-        fence(Ordering::SeqCst);
-        if self.doze.load(Ordering::Relaxed) == DOZE_DOZING {
-            // Claim the wake-up and say when, in one step: the worker may run
-            // only after the clock moved on, and must not skip the tick our
-            // push belongs to.
-            let at = nanos(self.clock.now()).saturating_add(DOZE_WOKEN_BASE);
-            if self
-                .doze
-                .compare_exchange(DOZE_DOZING, at, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-            {
-                self.parker.unpark();
+        let inbox = &self.inboxes[inbox::thread_slot() & (self.inboxes.len() - 1)];
+        match inbox.push_pending(Arc::clone(&inner)) {
+            Pushed::Queued => {}
+            Pushed::QueuedWake => self.wake(),
+            // The worker collected its last leftovers: `stop()` ran.
+            Pushed::Closed => {
+                self.unreserve(1);
+                return Err(TimerError::Stopped);
             }
         }
+        Ok(Timeout {
+            inner,
+            inbox: Some(Arc::clone(inbox)),
+        })
     }
 
-    /// A timeout in the wheel was cancelled: queue it for the worker, which
-    /// unlinks it and counts it out.
-    fn cancelled(&self, inner: SharedTimeout) {
-        let _ = self.cancelled_tx.send(inner);
-        self.wake_if_dozing();
-        if self.is_shutdown() {
-            self.drain_after_shutdown();
+    /// Wakes the dozing worker (a push found its inbox marked). Claims the
+    /// wake-up and says when, in one step: the worker may run only after
+    /// the clock moved on, and must not skip the tick the push belongs to.
+    /// Only the first claimant unparks it.
+    fn wake(&self) {
+        let at = nanos(self.clock.now()).saturating_add(DOZE_WOKEN_BASE);
+        if self
+            .doze
+            .compare_exchange(DOZE_DOZING, at, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.parker.unpark();
         }
     }
 
-    /// After shutdown nobody may be left to process the queues: count out
-    /// cancellations here, and once the worker is gone drop what is left in
-    /// the pending queue. Each message is received once, by whoever drains.
-    fn drain_after_shutdown(&self) {
-        while self.cancelled_rx.try_recv().is_ok() {
-            self.pending_count.fetch_sub(1, Ordering::SeqCst);
+    /// Timeouts accepted and not yet counted out. The removals are read
+    /// first: every timeout they count was added before, so the difference
+    /// never goes below the truth at a quiescent point.
+    fn pending(&self) -> usize {
+        let removed = self.removed_by_worker.load(Ordering::Acquire)
+            + self.removed_elsewhere.load(Ordering::Acquire);
+        let added: u64 = self.inboxes.iter().map(|inbox| inbox.added()).sum();
+        usize::try_from(added.saturating_sub(removed)).unwrap_or(usize::MAX)
+    }
+
+    /// Releases admission reservations (bounded timers only).
+    fn unreserve(&self, n: usize) {
+        if self.max_pending > 0 {
+            self.reserved.fetch_sub(n, Ordering::SeqCst);
         }
-        if self.worker_exited.load(Ordering::SeqCst) {
-            while self.pending_rx.try_recv().is_ok() {}
+    }
+
+    /// Counts out `n` timeouts from a thread other than the running worker.
+    fn count_out_elsewhere(&self, n: u64) {
+        self.removed_elsewhere.fetch_add(n, Ordering::AcqRel);
+        self.unreserve(n as usize);
+    }
+
+    /// Closes every inbox; returns the pending timeouts still queued and
+    /// counts out the queued cancellations. After this, no new timeout is
+    /// accepted and cancellations are counted out by the canceller.
+    fn close_inboxes(&self) -> Vec<Pending> {
+        let mut pending = Vec::new();
+        let mut cancelled = 0;
+        for inbox in self.inboxes.iter() {
+            let (p, c) = inbox.close();
+            pending.extend(p);
+            cancelled += c.len() as u64;
         }
+        self.count_out_elsewhere(cancelled);
+        pending
     }
 
     /// Moves to SHUTDOWN, joins the worker and returns the timeouts that
@@ -652,7 +682,7 @@ impl Shared {
         match self.state.swap(WORKER_SHUTDOWN, Ordering::SeqCst) {
             WORKER_SHUTDOWN => return Ok(Vec::new()),
             WORKER_INIT => {
-                self.worker_exited.store(true, Ordering::SeqCst);
+                self.close_inboxes();
                 self.uncount();
                 self.publish_start(0);
                 return Ok(Vec::new());
@@ -670,24 +700,20 @@ impl Shared {
             None => Vec::new(),
         };
         self.uncount();
-        self.drain_after_shutdown();
         Ok(never_ran)
     }
 
     /// Cancels the timeouts the worker collected at shutdown and returns
     /// those whose cancellation succeeded (a concurrent user `cancel` may
     /// have won).
-    fn cancel_all(self: &Arc<Self>, leftovers: Vec<Pending>) -> Vec<Timeout> {
+    fn cancel_all(&self, leftovers: Vec<Pending>) -> Vec<Timeout> {
         let mut never_ran = Vec::with_capacity(leftovers.len());
         for inner in leftovers {
             // These left the wheel and the queue with the worker's final
             // collection, so no queue is involved: count them out here.
             if inner.try_cancel() {
-                self.pending_count.fetch_sub(1, Ordering::SeqCst);
-                never_ran.push(Timeout {
-                    inner,
-                    timer: Some(Arc::clone(self)),
-                });
+                self.count_out_elsewhere(1);
+                never_ran.push(Timeout { inner, inbox: None });
             }
         }
         never_ran

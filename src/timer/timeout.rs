@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use crossbeam_utils::atomic::AtomicCell;
 
-use super::Shared;
+use super::inbox::Inbox;
 use super::wheel::Key;
 
 const STATE_MASK: u64 = 0b11;
@@ -159,11 +159,12 @@ impl<T: ?Sized + TaskSlot> TimeoutInner<T> {
 #[derive(Clone)]
 pub struct Timeout {
     pub(crate) inner: SharedTimeout,
-    /// The timer, for `cancel` to reach the worker. `None` on the handles the
-    /// worker passes to running tasks: those timeouts are expired, so
-    /// `cancel` has nothing to do, and the worker saves a reference-count
-    /// round trip per expiry.
-    pub(crate) timer: Option<Arc<Shared>>,
+    /// The inbox the timeout was queued through, for `cancel` to reach the
+    /// worker. `None` on handles whose timeout can no longer be cancelled
+    /// (those the worker passes to running tasks, those `stop()` returns):
+    /// `cancel` has nothing to do there, and the worker saves a
+    /// reference-count round trip per expiry.
+    pub(crate) inbox: Option<Arc<Inbox>>,
 }
 
 impl Timeout {
@@ -179,8 +180,8 @@ impl Timeout {
         if !self.inner.try_cancel() {
             return false;
         }
-        if let Some(shared) = &self.timer {
-            shared.cancelled(self.inner.clone());
+        if let Some(inbox) = &self.inbox {
+            inbox.push_cancelled(self.inner.clone());
         }
         true
     }

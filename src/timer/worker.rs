@@ -3,26 +3,28 @@
 //! # Ground rules
 //!
 //! * Only this thread touches the [`Wheel`]; producers reach it through the
-//!   pending and cancelled queues.
+//!   inboxes (`inbox.rs`).
 //! * Tick `t` is processed once the clock reads at least the end of `t`
 //!   (`start + (t+1)·tick`), so every timeout it fires has a deadline in the
 //!   past: nothing fires early.
-//! * Processing a tick: drain the cancelled queue (unlink, count out), move
+//! * Processing a tick: drain the cancelled lists (unlink, count out), move
 //!   at most [`TRANSFER_CAP`] pending timeouts into buckets (never into a past
 //!   bucket), then fire the due entries of the tick's bucket in FIFO order.
 //! * Ticks are processed one by one, in order, while there is work. When
-//!   the queues are empty and nothing in the wheel can be due before tick
+//!   the inboxes are empty and nothing in the wheel can be due before tick
 //!   `w`, the worker "dozes" until the end of `w` (forever when the wheel is
 //!   empty) and then skips the ticks in between, which had nothing to do.
-//!   Before dozing it marks `doze` and re-checks the queues; a producer (or
-//!   canceller) pushes and then reads `doze` (both sides with a `SeqCst`
-//!   fence), and the first one to see it dozing claims the wake-up with a
-//!   CAS that also records when it happened, then wakes the worker. So nothing waits in a queue while the worker dozes:
-//!   a burst of new timeouts is moved into buckets tick by tick as it
-//!   arrives, not all at once when the next one falls due.
+//!   Before dozing it sets `doze` and marks every inbox, each under its lock
+//!   and found empty; a producer (or canceller) that pushes into a marked
+//!   inbox claims the wake-up with a CAS on `doze` that also records when it
+//!   happened, then wakes the worker. So nothing waits in an inbox while the
+//!   worker dozes. A worker woken that way stays awake until the current
+//!   tick ends and transfers what arrived meanwhile then: a burst of new
+//!   timeouts is moved into buckets tick by tick as it arrives, with one
+//!   wake-up at most per tick.
 
 use std::sync::Arc;
-use std::sync::atomic::{Ordering, fence};
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Duration;
 
@@ -56,6 +58,15 @@ struct Worker {
     /// Fired timeouts, released once the whole bucket has fired: freeing
     /// memory is kept off the path between one task and the next.
     fired: Vec<Pending>,
+    /// New timeouts taken from an inbox and not yet placed, in reverse
+    /// order (the next one is at the end). Left over when the transfer cap
+    /// stopped a transfer.
+    batch: Vec<Pending>,
+    /// An empty vector (with capacity) to swap into an inbox.
+    spare: Vec<Pending>,
+    /// Timeouts this worker counted out; published in
+    /// `Shared::removed_by_worker`.
+    removed: u64,
 }
 
 /// The worker thread's body. Once the timer shuts down, cancels the
@@ -73,6 +84,9 @@ pub(crate) fn run(shared: Arc<Shared>) -> Vec<Timeout> {
         tick_ns: shared.tick_ns,
         transferred: 0,
         fired: Vec::new(),
+        batch: Vec::new(),
+        spare: Vec::new(),
+        removed: 0,
         shared,
     };
     worker.run_loop();
@@ -117,24 +131,31 @@ impl Worker {
                 // Catching up after a jump of the clock: ticks that ended
                 // with nothing due need no processing. Cancellations queued
                 // meanwhile (by tasks) are for the very next tick.
-                if shared.cancelled_rx.is_empty() {
+                if !shared.inboxes.iter().any(|inbox| inbox.has_input().1) {
                     self.skip_idle_ticks(now);
                 }
                 continue;
             }
             // The current tick is still running: sleep, as long as we can.
-            let has_input = !shared.pending_rx.is_empty() || !shared.cancelled_rx.is_empty();
+            let has_input = !self.batch.is_empty()
+                || shared.inboxes.iter().any(|inbox| {
+                    let (pending, cancelled) = inbox.has_input();
+                    pending || cancelled
+                });
             let wake_tick = if has_input || awake_through == Some(self.tick) {
                 Some(self.tick)
             } else {
                 self.wheel.next_due(self.tick).map(|t| t.max(self.tick))
             };
             let dozing = wake_tick != Some(self.tick);
-            let doze = if dozing { DOZE_DOZING } else { DOZE_AWAKE };
-            shared.doze.store(doze, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            let raced =
-                !has_input && (!shared.pending_rx.is_empty() || !shared.cancelled_rx.is_empty());
+            // Before dozing, mark every inbox (each under its lock, each
+            // found empty): a producer pushing later sees the mark and wakes
+            // us. One that pushed earlier makes us stay up instead.
+            let mut raced = false;
+            if dozing {
+                shared.doze.store(DOZE_DOZING, Ordering::SeqCst);
+                raced = !shared.inboxes.iter().all(|inbox| inbox.arm());
+            }
             if !raced && !shared.is_shutdown() {
                 let deadline = wake_tick.and_then(|t| self.end_of(t));
                 shared
@@ -143,6 +164,9 @@ impl Worker {
             }
             let doze = shared.doze.swap(DOZE_AWAKE, Ordering::SeqCst);
             if dozing {
+                for inbox in shared.inboxes.iter() {
+                    inbox.disarm();
+                }
                 // A producer or canceller that woke us did so at `woken_at`:
                 // what it pushed belongs to that tick, even if the clock
                 // moved on before we ran.
@@ -185,29 +209,67 @@ impl Worker {
         self.transferred = 0;
     }
 
+    /// Counts out `n` timeouts: published before any task of theirs runs.
+    fn count_out(&mut self, n: u64) {
+        self.removed += n;
+        let shared = &self.shared;
+        shared
+            .removed_by_worker
+            .store(self.removed, Ordering::Release);
+        shared.unreserve(n as usize);
+    }
+
     /// Unlinks cancelled timeouts and counts them out.
     fn process_cancelled(&mut self) {
-        let shared = &self.shared;
-        while let Ok(inner) = shared.cancelled_rx.try_recv() {
-            if let Some(key) = inner.key() {
-                // A stale key (entry already gone, index reused) is ignored
-                // by the wheel's generation check.
-                if let Some(entry) = self.wheel.remove(key) {
-                    debug_assert!(Arc::ptr_eq(&entry, &inner));
-                    drop(entry);
+        let shared = Arc::clone(&self.shared);
+        let mut spare = std::mem::take(&mut self.spare);
+        let mut counted = 0;
+        for inbox in shared.inboxes.iter() {
+            if !inbox.take_cancelled(&mut spare) {
+                continue;
+            }
+            counted += spare.len() as u64;
+            for inner in spare.drain(..) {
+                if let Some(key) = inner.key() {
+                    // A stale key (entry already gone, index reused) is
+                    // ignored by the wheel's generation check.
+                    if let Some(entry) = self.wheel.remove(key) {
+                        debug_assert!(Arc::ptr_eq(&entry, &inner));
+                        drop(entry);
+                    }
                 }
             }
-            shared.pending_count.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.spare = spare;
+        if counted > 0 {
+            self.count_out(counted);
         }
     }
 
-    /// Moves pending timeouts into buckets, at most `TRANSFER_CAP` for the
-    /// current tick. Returns `true` if it found the queue empty, `false` if
-    /// it stopped at the cap.
-    fn transfer(&mut self) -> bool {
+    /// The next new timeout to place: from the batch in hand, else from
+    /// the next inbox with any.
+    fn next_pending(&mut self) -> Option<Pending> {
+        if let Some(entry) = self.batch.pop() {
+            return Some(entry);
+        }
         let shared = Arc::clone(&self.shared);
+        for inbox in shared.inboxes.iter() {
+            if inbox.take_pending(&mut self.spare) {
+                // The emptied batch (with its capacity) becomes the spare.
+                std::mem::swap(&mut self.batch, &mut self.spare);
+                self.batch.reverse();
+                return self.batch.pop();
+            }
+        }
+        None
+    }
+
+    /// Moves pending timeouts into buckets, at most `TRANSFER_CAP` for the
+    /// current tick. Returns `true` if it found the inboxes empty, `false`
+    /// if it stopped at the cap.
+    fn transfer(&mut self) -> bool {
         while self.transferred < TRANSFER_CAP {
-            let Ok(entry) = shared.pending_rx.try_recv() else {
+            let Some(entry) = self.next_pending() else {
                 return true;
             };
             self.transferred += 1;
@@ -226,7 +288,7 @@ impl Worker {
                         "the wheel is full; cancelling a timeout"
                     );
                     if entry.try_cancel() {
-                        shared.pending_count.fetch_sub(1, Ordering::SeqCst);
+                        self.count_out(1);
                     }
                 }
             }
@@ -239,6 +301,7 @@ impl Worker {
         let (start, tick_ns, tick) = (self.start, self.tick_ns, self.tick);
         let shared = &self.shared;
         let fired = &mut self.fired;
+        let removed = &mut self.removed;
         self.wheel.expire(
             tick,
             |e| Self::due_tick(start, tick_ns, e.deadline),
@@ -248,7 +311,7 @@ impl Worker {
                     "tick {tick} fires deadline {} at {now}",
                     entry.deadline
                 );
-                if let Some(done) = fire(shared, entry) {
+                if let Some(done) = fire(shared, removed, entry) {
                     fired.push(done);
                 }
             },
@@ -262,31 +325,27 @@ impl Worker {
     /// Takes every timeout that never ran out of the wheel and the pending
     /// queue, and counts out the cancellations still queued.
     fn collect_leftovers(&mut self) -> Vec<Pending> {
-        let shared = Arc::clone(&self.shared);
-        let mut leftovers: Vec<Pending> =
-            self.wheel.drain().filter(|e| !e.is_cancelled()).collect();
-        while let Ok(entry) = shared.pending_rx.try_recv() {
-            if !entry.is_cancelled() {
-                leftovers.push(entry);
-            }
-        }
-        while shared.cancelled_rx.try_recv().is_ok() {
-            shared.pending_count.fetch_sub(1, Ordering::SeqCst);
-        }
-        shared.worker_exited.store(true, Ordering::SeqCst);
+        let mut leftovers: Vec<Pending> = self.wheel.drain().collect();
+        leftovers.extend(self.batch.drain(..).rev());
+        leftovers.extend(self.shared.close_inboxes());
+        leftovers.retain(|e| !e.is_cancelled());
         leftovers
     }
 }
 
 /// Claims a due entry and runs (or hands over) its task; returns it for
 /// release when it ran here. An entry whose cancellation won the race is
-/// dropped: its queued cancellation counts it out.
-fn fire(shared: &Shared, inner: Pending) -> Option<Pending> {
+/// dropped: its queued cancellation counts it out. `removed` is the
+/// worker's count of timeouts counted out.
+fn fire(shared: &Shared, removed: &mut u64, inner: Pending) -> Option<Pending> {
     if !inner.try_expire() {
         return None;
     }
-    shared.pending_count.fetch_sub(1, Ordering::SeqCst);
-    let timeout = Timeout { inner, timer: None };
+    // Counted out before the task runs (Netty's order).
+    *removed += 1;
+    shared.removed_by_worker.store(*removed, Ordering::Release);
+    shared.unreserve(1);
+    let timeout = Timeout { inner, inbox: None };
     match &shared.executor {
         None => {
             run_task(&timeout);
