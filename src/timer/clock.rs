@@ -40,8 +40,10 @@ pub(crate) mod sealed {
 
         /// Blocks the calling worker until the clock reads at least
         /// `deadline` (forever when `None`), or until `parker` is unparked.
-        /// May return early for no reason; the worker re-checks.
-        fn park(&self, parker: &Parker, deadline: Option<Duration>);
+        /// May return early for no reason; the worker re-checks. `precise`
+        /// asks to return as close after `deadline` as the clock allows
+        /// (timeouts fall due then), at some CPU cost.
+        fn park(&self, parker: &Parker, deadline: Option<Duration>, precise: bool);
     }
 }
 
@@ -135,26 +137,45 @@ impl Clock for SystemClock {
     }
 }
 
+/// How long before a precise deadline [`SystemClock`] stops sleeping and
+/// starts yielding until the deadline.
+const PRECISE_SPIN: Duration = Duration::from_micros(200);
+
 impl sealed::Sealed for SystemClock {
     fn attach(&self, _parker: &Parker) {}
 
-    fn park(&self, parker: &Parker, deadline: Option<Duration>) {
+    fn park(&self, parker: &Parker, deadline: Option<Duration>, precise: bool) {
         let inner = &parker.inner;
         let mut st = inner.state.lock();
+        let target = deadline.map(|d| self.origin + d);
         if !st.notified {
-            match deadline {
+            match target {
                 None => {
                     inner.cv.wait(&mut st);
                 }
-                Some(deadline) => {
-                    let target = self.origin + deadline;
-                    if target > Instant::now() {
-                        inner.cv.wait_until(&mut st, target);
+                Some(target) => {
+                    // A timed wait overshoots by the kernel's timer slack
+                    // and the scheduler's latency (tens of microseconds,
+                    // often more on a busy VM). For a precise wake-up, wait
+                    // until a little before and yield the rest.
+                    let wait_until = if precise {
+                        target.checked_sub(PRECISE_SPIN).unwrap_or(target)
+                    } else {
+                        target
+                    };
+                    if wait_until > Instant::now() {
+                        inner.cv.wait_until(&mut st, wait_until);
                     }
                 }
             }
         }
-        st.notified = false;
+        let notified = std::mem::take(&mut st.notified);
+        drop(st);
+        if let (true, false, Some(target)) = (precise, notified, target) {
+            while Instant::now() < target {
+                std::thread::yield_now();
+            }
+        }
     }
 }
 
@@ -274,7 +295,7 @@ impl sealed::Sealed for ManualClock {
             .push(Arc::downgrade(&parker.inner));
     }
 
-    fn park(&self, parker: &Parker, deadline: Option<Duration>) {
+    fn park(&self, parker: &Parker, deadline: Option<Duration>, _precise: bool) {
         let inner = &parker.inner;
         let mut st = inner.state.lock();
         // Time is read under the parker's lock: `advance` stores the new time

@@ -48,6 +48,13 @@
 //! a producer whose deadline comes earlier wakes it. An idle timer costs no
 //! CPU.
 //!
+//! When timeouts fall due at the end of the tick it waits for, the worker
+//! (on the real clock) sleeps until 0.2 ms before that instant and yields
+//! the CPU in a loop for the rest: a timed sleep alone overshoots by the
+//! kernel's timer slack and scheduling latency, which would add to every
+//! timeout's lateness. That costs up to a fifth of a core while timeouts
+//! fall due every millisecond, and nothing while none are due.
+//!
 //! # Where redwheel differs from Netty
 //!
 //! * A stopped timer's `new_timeout` fails without leaking a pending count

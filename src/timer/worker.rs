@@ -142,11 +142,14 @@ impl Worker {
                     let (pending, cancelled) = inbox.has_input();
                     pending || cancelled
                 });
+            let next_due = self.wheel.next_due(self.tick).map(|t| t.max(self.tick));
             let wake_tick = if has_input || awake_through == Some(self.tick) {
                 Some(self.tick)
             } else {
-                self.wheel.next_due(self.tick).map(|t| t.max(self.tick))
+                next_due
             };
+            // Something falls due when `wake_tick` ends: wake up on time.
+            let precise = wake_tick.is_some() && next_due == wake_tick;
             let dozing = wake_tick != Some(self.tick);
             // Before dozing, mark every inbox (each under its lock, each
             // found empty): a producer pushing later sees the mark and wakes
@@ -160,7 +163,7 @@ impl Worker {
                 let deadline = wake_tick.and_then(|t| self.end_of(t));
                 shared
                     .clock
-                    .park(&shared.parker, deadline.map(Duration::from_nanos));
+                    .park(&shared.parker, deadline.map(Duration::from_nanos), precise);
             }
             let doze = shared.doze.swap(DOZE_AWAKE, Ordering::SeqCst);
             if dozing {
