@@ -25,8 +25,8 @@
 //! # Implementation
 //!
 //! In layers, following tokio's time driver: `wheel.rs` is the data
-//! structure in integer ticks (slab-backed doubly-linked buckets whose keys
-//! carry a generation), `timeout.rs` the per-timeout state, `clock.rs` the
+//! structure in integer ticks (slab-backed doubly-linked buckets, removal by
+//! key checked by identity), `timeout.rs` the per-timeout state, `clock.rs` the
 //! time source, `inbox.rs` the way in, `worker.rs` the tick loop.
 //!
 //! Timeouts reach the worker through inboxes: a few per core, each a pair of

@@ -2,9 +2,6 @@
 //!
 //! # State
 //!
-//! One `AtomicU64` per timeout holds both its state (low two bits) and the
-//! packed [`Key`] of its wheel entry (the other 62 bits):
-//!
 //! ```text
 //!   INIT ──cancel() wins the CAS──▶ CANCELLED   (final)
 //!     │
@@ -13,10 +10,9 @@
 //!
 //! Only those two moves exist, each a compare-and-swap from `INIT`, so a
 //! timeout fires at most once, and never after a `cancel()` that returned
-//! `true`. The key bits are written only by the worker (when it places the
-//! timeout in a bucket), with a CAS loop that keeps the state bits; `cancel`
-//! keeps the key bits. Packing both into one word saves eight bytes per
-//! pending timeout.
+//! `true`. Beside the state, the timeout records where the worker put it in
+//! the wheel (its [`Key`]); only the worker writes and reads that, so it is
+//! a plain store, and the state and key together take eight bytes.
 //!
 //! The task lives in the same allocation as the state (one allocation per
 //! timeout). Whoever wins the state transition takes it out: the worker to
@@ -24,7 +20,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::atomic::AtomicCell;
@@ -32,10 +28,9 @@ use crossbeam_utils::atomic::AtomicCell;
 use super::inbox::Inbox;
 use super::wheel::Key;
 
-const STATE_MASK: u64 = 0b11;
-const ST_INIT: u64 = 0;
-const ST_CANCELLED: u64 = 1;
-const ST_EXPIRED: u64 = 2;
+const ST_INIT: u32 = 0;
+const ST_CANCELLED: u32 = 1;
+const ST_EXPIRED: u32 = 2;
 
 /// What a timeout shares between its handles and the worker: its deadline,
 /// its state word and its task, in one allocation. `T` is the task's slot;
@@ -44,7 +39,10 @@ pub(crate) struct TimeoutInner<T: ?Sized + TaskSlot = dyn TaskSlot> {
     /// Nanoseconds on the timer's clock (since the clock's origin);
     /// `u64::MAX` means "never".
     pub(crate) deadline: u64,
-    word: AtomicU64,
+    state: AtomicU32,
+    /// The packed wheel key; zero until the worker places the timeout.
+    /// Worker only.
+    key: AtomicU32,
     task: T,
 }
 
@@ -87,30 +85,29 @@ impl TimeoutInner {
     {
         Arc::new(TimeoutInner {
             deadline,
-            word: AtomicU64::new(ST_INIT),
+            state: AtomicU32::new(ST_INIT),
+            key: AtomicU32::new(0),
             task: Slot(AtomicCell::new(Some(task))),
         })
     }
 }
 
 impl<T: ?Sized + TaskSlot> TimeoutInner<T> {
-    fn state(&self) -> u64 {
-        self.word.load(Ordering::Acquire) & STATE_MASK
+    fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
     }
 
-    /// INIT → `to`; the previous word if this call made the move.
-    fn transition(&self, to: u64) -> Option<u64> {
-        self.word
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                (w & STATE_MASK == ST_INIT).then_some((w & !STATE_MASK) | to)
-            })
-            .ok()
+    /// INIT → `to`; true if this call made the move.
+    fn transition(&self, to: u32) -> bool {
+        self.state
+            .compare_exchange(ST_INIT, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// INIT → CANCELLED, dropping the task. True only for the caller that
     /// made the move.
     pub(crate) fn try_cancel(&self) -> bool {
-        let won = self.transition(ST_CANCELLED).is_some();
+        let won = self.transition(ST_CANCELLED);
         if won {
             self.task.discard();
         }
@@ -119,7 +116,7 @@ impl<T: ?Sized + TaskSlot> TimeoutInner<T> {
 
     /// INIT → EXPIRED, by the worker just before it runs the task.
     pub(crate) fn try_expire(&self) -> bool {
-        self.transition(ST_EXPIRED).is_some()
+        self.transition(ST_EXPIRED)
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
@@ -136,16 +133,14 @@ impl<T: ?Sized + TaskSlot> TimeoutInner<T> {
         self.task.discard();
     }
 
-    /// Records where the worker put this timeout (worker only, once). The
-    /// key bits start at zero, so one `fetch_or` sets them without touching
-    /// the state bits a concurrent `cancel` may be changing.
+    /// Records where the worker put this timeout (worker only, once).
     pub(crate) fn set_key(&self, key: Key) {
-        self.word.fetch_or(key.pack(), Ordering::AcqRel);
+        self.key.store(key.pack(), Ordering::Relaxed);
     }
 
     /// Where the worker put this timeout, if it did (worker only).
     pub(crate) fn key(&self) -> Option<Key> {
-        Key::unpack(self.word.load(Ordering::Acquire))
+        Key::unpack(self.key.load(Ordering::Relaxed))
     }
 }
 

@@ -14,10 +14,10 @@
 //!   and the tail's `next` hold `END | bucket`, so a node that is removed at
 //!   an end knows which bucket's head or tail to update without a search
 //!   and without spending memory on a bucket field.
-//! * Every slab index has a generation (`gens`), bumped each time the index is
-//!   handed out. A [`Key`] is `(index, generation)`: a stale key, whose entry
-//!   has already fired or been removed and whose index was reused, is
-//!   recognised and ignored instead of removing somebody else's entry.
+//! * A [`Key`] is a slab index. A key can outlive its entry (the entry
+//!   fired or was removed, and the index was reused), so removal by key
+//!   takes a check of the value found there: the caller's identity test
+//!   (for timeouts, pointer equality) tells a stale key from a live one.
 //! * An entry's *due tick* is the tick during whose processing it fires.
 //!   Netty stores `remainingRounds = (due - tick) / len` and decrements it on
 //!   every visit of the bucket; we store the due tick itself (derived from the
@@ -46,10 +46,6 @@ fn end_of(bucket: usize) -> u32 {
     debug_assert!(bucket < END as usize);
     END | bucket as u32
 }
-
-/// Generations are kept to 30 bits so that a key packs, with the two state
-/// bits of a timeout, into one `u64` (see [`Key::pack`]).
-const GEN_MASK: u32 = (1 << 30) - 1;
 
 /// Largest number of entries a wheel can hold: a link's top bit is the
 /// [`END`] tag, so slab indices stay below `2^31`.
@@ -84,33 +80,21 @@ pub(crate) fn wheel_length(n: usize, max: usize) -> Option<usize> {
     n.checked_next_power_of_two().filter(|&len| len <= max)
 }
 
-/// Handle on one entry of a [`Wheel`]: a slab index and its generation.
+/// Handle on one entry of a [`Wheel`]: its slab index.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Key {
     index: u32,
-    generation: u32,
 }
 
 impl Key {
-    /// Packs the key into the high 62 bits of a `u64` (the two low bits
-    /// stay free for the caller). Never zero: zero packs "no key", so a
-    /// word that starts at zero can receive a key with one `fetch_or`.
-    pub(crate) fn pack(self) -> u64 {
-        let index = u64::from(self.index) + 1;
-        ((u64::from(self.generation) << 32) | index) << 2
+    /// Packs the key into a `u32` that is never zero: zero packs "no key".
+    pub(crate) fn pack(self) -> u32 {
+        self.index + 1
     }
 
-    /// Inverse of [`Key::pack`] (ignores the two low bits); `None` for zero.
-    pub(crate) fn unpack(word: u64) -> Option<Key> {
-        let bits = word >> 2;
-        let index = bits & 0xFFFF_FFFF;
-        if index == 0 {
-            return None;
-        }
-        Some(Key {
-            index: (index - 1) as u32,
-            generation: (bits >> 32) as u32 & GEN_MASK,
-        })
+    /// Inverse of [`Key::pack`]; `None` for zero.
+    pub(crate) fn unpack(word: u32) -> Option<Key> {
+        word.checked_sub(1).map(|index| Key { index })
     }
 }
 
@@ -143,7 +127,6 @@ pub(crate) struct Wheel<T> {
     buckets: Box<[Bucket]>,
     occupied: Box<[u64]>,
     nodes: Slab<Node<T>>,
-    gens: Vec<u32>,
 }
 
 impl<T> Wheel<T> {
@@ -159,7 +142,6 @@ impl<T> Wheel<T> {
             buckets: vec![EMPTY_BUCKET; len].into_boxed_slice(),
             occupied: vec![0; len.div_ceil(64)].into_boxed_slice(),
             nodes: Slab::new(),
-            gens: Vec::new(),
         }
     }
 
@@ -193,11 +175,6 @@ impl<T> Wheel<T> {
             next: end_of(b),
         });
         let index32 = index as u32;
-        if index >= self.gens.len() {
-            self.gens.resize(index + 1, 0);
-        }
-        let generation = (self.gens[index].wrapping_add(1)) & GEN_MASK;
-        self.gens[index] = generation;
         let bucket = &mut self.buckets[b];
         if tail == NIL {
             bucket.head = index32;
@@ -207,31 +184,18 @@ impl<T> Wheel<T> {
         }
         bucket.tail = index32;
         bucket.min_due = bucket.min_due.min(due);
-        let key = Key {
-            index: index32,
-            generation,
-        };
-        Ok((key, &self.nodes[index].value))
+        Ok((Key { index: index32 }, &self.nodes[index].value))
     }
 
-    /// Removes the entry `key` names. `None` when the key is stale (the
-    /// entry already left the wheel) or was never handed out by this wheel.
-    pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
+    /// Removes the entry `key` names, if `is_it` recognises the value
+    /// found there. `None` when the key is stale (its entry already left the
+    /// wheel, and the index is free or holds another entry).
+    pub(crate) fn remove(&mut self, key: Key, is_it: impl FnOnce(&T) -> bool) -> Option<T> {
         let index = key.index as usize;
-        if self.gens.get(index) != Some(&key.generation) || !self.nodes.contains(index) {
+        if !self.nodes.get(index).is_some_and(|node| is_it(&node.value)) {
             return None;
         }
         Some(self.unlink(index))
-    }
-
-    /// Looks at the entry `key` names, if it is still in the wheel.
-    #[cfg(test)]
-    pub(crate) fn get(&self, key: Key) -> Option<&T> {
-        let index = key.index as usize;
-        if self.gens.get(index) != Some(&key.generation) {
-            return None;
-        }
-        self.nodes.get(index).map(|n| &n.value)
     }
 
     /// Unlinks slab entry `index` from the bucket it is in.
@@ -434,13 +398,12 @@ mod tests {
 
     #[test]
     fn key_packs_and_unpacks() {
-        for (index, generation) in [(0u32, 1u32), (7, GEN_MASK), (END - 2, 12345)] {
-            let k = Key { index, generation };
+        for index in [0u32, 7, END - 2] {
+            let k = Key { index };
+            assert_ne!(k.pack(), 0, "zero means no key");
             assert_eq!(Key::unpack(k.pack()), Some(k));
-            assert_eq!(Key::unpack(k.pack() | 3), Some(k), "state bits are ignored");
         }
         assert_eq!(Key::unpack(0), None);
-        assert_eq!(Key::unpack(2), None);
     }
 
     #[test]
@@ -473,18 +436,17 @@ mod tests {
     fn stale_keys_are_ignored_after_index_reuse() {
         let mut w = Wheel::new(4);
         let a = w.insert((1, 1), 1, 0).unwrap().0;
-        assert_eq!(w.remove(a), Some((1, 1)));
+        assert_eq!(w.remove(a, |v| v.1 == 1), Some((1, 1)));
         let b = w.insert((2, 2), 2, 0).unwrap().0;
-        assert_eq!(a.index, b.index, "the slab reuses the index");
+        assert_eq!(a, b, "the slab reuses the index");
         assert_eq!(
-            w.remove(a),
+            w.remove(a, |v| v.1 == 1),
             None,
             "the stale key must not remove the new entry"
         );
-        assert_eq!(w.get(a), None);
-        assert_eq!(w.get(b), Some(&(2, 2)));
-        assert_eq!(w.remove(b), Some((2, 2)));
-        assert_eq!(w.remove(b), None);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.remove(b, |v| v.1 == 2), Some((2, 2)));
+        assert_eq!(w.remove(b, |v| v.1 == 2), None, "nor a freed index");
     }
 
     #[test]
@@ -494,7 +456,7 @@ mod tests {
             let keys: Vec<Key> = (0..3u32)
                 .map(|i| w.insert((1, i), 1, 0).unwrap().0)
                 .collect();
-            assert_eq!(w.remove(keys[victim]), Some((1, victim as u32)));
+            assert_eq!(w.remove(keys[victim], |_| true), Some((1, victim as u32)));
             let expect: Vec<u32> = (0..3u32).filter(|&i| i as usize != victim).collect();
             assert_eq!(fire(&mut w, 1), expect);
             assert!(w.is_empty());
@@ -511,7 +473,7 @@ mod tests {
         let k = w.insert((6, 2), 6, 0).unwrap().0;
         assert_eq!(w.next_due(0), Some(6));
         assert_eq!(w.next_due(6), Some(6));
-        w.remove(k);
+        w.remove(k, |_| true);
         // After a removal the bound may be early, never late.
         assert!(w.next_due(0).unwrap() <= 21);
         assert!(fire(&mut w, 6).is_empty());

@@ -234,12 +234,12 @@ impl Worker {
             counted += spare.len() as u64;
             for inner in spare.drain(..) {
                 if let Some(key) = inner.key() {
-                    // A stale key (entry already gone, index reused) is
-                    // ignored by the wheel's generation check.
-                    if let Some(entry) = self.wheel.remove(key) {
-                        debug_assert!(Arc::ptr_eq(&entry, &inner));
-                        drop(entry);
-                    }
+                    // A stale key (the entry already left the wheel, the
+                    // index may hold another timeout) finds no entry that
+                    // is this one: `inner` is alive, so no other timeout
+                    // has its address.
+                    let is_it = |entry: &Pending| Arc::ptr_eq(entry, &inner);
+                    drop(self.wheel.remove(key, is_it));
                 }
             }
         }
