@@ -8,12 +8,24 @@
 //!
 //! * `buckets.len()` is a power of two, so the bucket of tick `t` is
 //!   `t & mask` (Netty's `tick & mask`).
-//! * Entries live in a [`Slab`]. Each bucket is a FIFO doubly-linked list of
-//!   slab indices (`prev` / `next`), so unlinking an entry is O(1) in safe
-//!   code. The two ends of a list do not hold a bare "nil": the head's `prev`
-//!   and the tail's `next` hold `END | bucket`, so a node that is removed at
-//!   an end knows which bucket's head or tail to update without a search
-//!   and without spending memory on a bucket field.
+//! * Entries live in a [`Slab`]. Each bucket holds two FIFO doubly-linked
+//!   lists of slab indices (`prev` / `next`), so unlinking an entry is O(1)
+//!   in safe code. The two ends of a list do not hold a bare "nil": the
+//!   head's `prev` and the tail's `next` hold `END | bucket << 1 | list`,
+//!   so a node that is removed at an end knows which list's head or tail to
+//!   update without a search and without spending memory on a field.
+//! * The two lists of a bucket: `NOW` holds entries due at the bucket's next
+//!   visit, `LATER` those due on a later turn. A visit fires all of `NOW`
+//!   without looking at `LATER`, then moves the `LATER` entries due at the
+//!   following visit to `NOW` (and skips even that walk when `LATER`'s
+//!   `min_due` says none is). Netty walks a single list and decrements
+//!   every entry's `remainingRounds`; here the due entries fire first, and
+//!   entries a turn or more ahead cost nothing until their last turn. FIFO
+//!   order is kept: an entry moved to `NOW` was placed before any entry
+//!   placed in `NOW` directly for the same tick (which happens less than one
+//!   turn ahead). When the worker skipped the visit that would have moved an
+//!   entry, the entry is still in `LATER` at its due tick; it was placed
+//!   before everything in `NOW`, and fires first.
 //! * A [`Key`] is a slab index. A key can outlive its entry (the entry
 //!   fired or was removed, and the index was reused), so removal by key
 //!   takes a check of the value found there: the caller's identity test
@@ -25,15 +37,22 @@
 //!   information, makes a visit read-only for entries that are not yet due,
 //!   and lets the worker skip runs of ticks in which nothing can be due.
 //!   [`remaining_rounds`] gives Netty's number for any entry.
-//! * Each bucket keeps `min_due`, a lower bound of the due ticks in it: it is
-//!   lowered on insert, recomputed exactly on every visit, and left alone on
-//!   removal (where it stays a valid lower bound). An occupancy bitmap lets
+//! * Each list keeps `min_due`, a lower bound of the due ticks in it: it is
+//!   lowered on insert, recomputed exactly when the list is walked, and left
+//!   alone on removal (where it stays a valid lower bound). An occupancy
+//!   bitmap (a bit per bucket with either list non-empty) lets
 //!   [`Wheel::next_due`] skip empty buckets a word at a time.
 
 use slab::Slab;
 
-/// Marks a link as a list end; the low bits then hold the bucket index.
+/// Marks a link as a list end; the low bits then hold `bucket << 1 | list`.
 const END: u32 = 1 << 31;
+
+/// The list of entries due at the bucket's next visit.
+const NOW: usize = 0;
+
+/// The list of entries due on a later turn of the wheel.
+const LATER: usize = 1;
 
 /// "No node": an empty bucket's head and tail, and the index of no key.
 const NIL: u32 = u32::MAX;
@@ -42,16 +61,25 @@ fn is_end(link: u32) -> bool {
     link & END != 0
 }
 
-fn end_of(bucket: usize) -> u32 {
-    debug_assert!(bucket < END as usize);
-    END | bucket as u32
+fn end_of(bucket: usize, list: usize) -> u32 {
+    debug_assert!(bucket < MAX_BUCKETS && list <= LATER);
+    END | ((bucket as u32) << 1) | list as u32
+}
+
+/// The bucket and list an end link names.
+fn end_target(link: u32) -> (usize, usize) {
+    let bits = link & !END;
+    ((bits >> 1) as usize, (bits & 1) as usize)
 }
 
 /// Largest number of entries a wheel can hold: a link's top bit is the
 /// [`END`] tag, so slab indices stay below `2^31`.
 pub(crate) const MAX_ENTRIES: usize = (END - 1) as usize;
 
-/// Largest number of buckets: bucket indices must fit beside the tag.
+/// Largest number of buckets: a bucket index and a list bit must fit beside
+/// the tag. (The end link of bucket `2^30 - 1`'s `LATER` list equals `NIL`;
+/// that is harmless, since `NIL` is only ever stored as a list's head or
+/// tail and end links only in nodes.)
 pub(crate) const MAX_BUCKETS: usize = 1 << 30;
 
 /// Netty's `remainingRounds` for an entry due at tick `due`, seen at tick
@@ -99,19 +127,24 @@ impl Key {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Bucket {
+struct List {
     head: u32,
     tail: u32,
-    /// Lower bound of the due ticks of the entries in this bucket
+    /// Lower bound of the due ticks of the entries in this list
     /// (`u64::MAX` when empty).
     min_due: u64,
 }
 
-const EMPTY_BUCKET: Bucket = Bucket {
+const EMPTY_LIST: List = List {
     head: NIL,
     tail: NIL,
     min_due: u64::MAX,
 };
+
+/// A bucket: its `NOW` and `LATER` lists.
+type Bucket = [List; 2];
+
+const EMPTY_BUCKET: Bucket = [EMPTY_LIST; 2];
 
 #[derive(Debug)]
 struct Node<T> {
@@ -166,25 +199,45 @@ impl<T> Wheel<T> {
         if self.nodes.len() >= MAX_ENTRIES {
             return Err(value);
         }
-        let due = due.max(tick);
-        let b = bucket_index(due, tick, self.mask);
-        let tail = self.buckets[b].tail;
         let index = self.nodes.insert(Node {
             value,
-            prev: if tail == NIL { end_of(b) } else { tail },
-            next: end_of(b),
+            prev: NIL,
+            next: NIL,
         });
-        let index32 = index as u32;
-        let bucket = &mut self.buckets[b];
+        self.place(index as u32, due, tick);
+        Ok((
+            Key {
+                index: index as u32,
+            },
+            &self.nodes[index].value,
+        ))
+    }
+
+    /// Links node `index` (in the slab, in no list) into the list where an
+    /// entry due at `due` belongs while the wheel is at `tick`.
+    fn place(&mut self, index: u32, due: u64, tick: u64) {
+        let due = due.max(tick);
+        let b = bucket_index(due, tick, self.mask);
+        let list = if due - tick <= self.mask { NOW } else { LATER };
+        self.append(b, list, index, due);
+    }
+
+    /// Links node `index` (in the slab, in no list) at the tail of `list`
+    /// of bucket `b`, with due tick `due`.
+    fn append(&mut self, b: usize, list: usize, index: u32, due: u64) {
+        let tail = self.buckets[b][list].tail;
+        let node = &mut self.nodes[index as usize];
+        node.prev = if tail == NIL { end_of(b, list) } else { tail };
+        node.next = end_of(b, list);
         if tail == NIL {
-            bucket.head = index32;
+            self.buckets[b][list].head = index;
             self.occupied[b / 64] |= 1 << (b % 64);
         } else {
-            self.nodes[tail as usize].next = index32;
+            self.nodes[tail as usize].next = index;
         }
-        bucket.tail = index32;
-        bucket.min_due = bucket.min_due.min(due);
-        Ok((Key { index: index32 }, &self.nodes[index].value))
+        let l = &mut self.buckets[b][list];
+        l.tail = index;
+        l.min_due = l.min_due.min(due);
     }
 
     /// Removes the entry `key` names, if `is_it` recognises the value
@@ -206,10 +259,10 @@ impl<T> Wheel<T> {
     }
 
     /// Takes out of the bucket of `tick` every entry due at or before `tick`
-    /// (in FIFO order) and hands each to `fire`. Entries due later stay, and
-    /// the bucket's `min_due` becomes exact. `due_of` gives an entry's due
-    /// tick as it was given to [`Wheel::insert`] (or any value between that
-    /// and the tick it was inserted at).
+    /// (in FIFO order) and hands each to `fire`; then moves the entries due
+    /// at the bucket's next visit to its `NOW` list. `due_of` gives an
+    /// entry's due tick as it was given to [`Wheel::insert`] (or any value
+    /// between that and the tick it was inserted at).
     pub(crate) fn expire(
         &mut self,
         tick: u64,
@@ -217,45 +270,100 @@ impl<T> Wheel<T> {
         mut fire: impl FnMut(T),
     ) {
         let b = (tick & self.mask) as usize;
-        let mut cursor = self.buckets[b].head;
+        // Entries the visit one turn ago did not move (the worker skipped
+        // it): placed before anything in `NOW`, so they fire first.
+        if self.buckets[b][LATER].min_due <= tick {
+            self.walk_later(b, tick, None, &due_of, &mut fire);
+        }
+        loop {
+            let head = self.buckets[b][NOW].head;
+            if head == NIL {
+                break;
+            }
+            // Reading the entry before unlinking it also lets its cache miss
+            // overlap with the unlinking.
+            let due = due_of(&self.nodes[head as usize].value);
+            if due <= tick {
+                fire(self.unlink(head as usize));
+            } else {
+                // Cannot happen; never fire early if it does.
+                debug_assert!(false, "bucket {b}'s NOW list holds an entry due at {due}");
+                let node = &self.nodes[head as usize];
+                let (prev, next) = (node.prev, node.next);
+                self.link_around(prev, next);
+                // `LATER` is walked by min_due, so it fires at its tick.
+                self.append((due & self.mask) as usize, LATER, head, due);
+            }
+        }
+        // Move what falls due at the next visit (`tick + len`) to `NOW`.
+        let next_visit = tick.saturating_add(self.mask + 1);
+        if self.buckets[b][LATER].min_due <= next_visit {
+            self.walk_later(b, next_visit, Some(next_visit), &due_of, &mut fire);
+        }
+    }
+
+    /// Walks the `LATER` list of bucket `b` in order. Each entry due at or
+    /// before `upto` is moved to the `NOW` list if `promote` is given (with
+    /// that due tick), or else unlinked and handed to `fire`. Recomputes
+    /// the list's `min_due` from the entries that stay.
+    fn walk_later(
+        &mut self,
+        b: usize,
+        upto: u64,
+        promote: Option<u64>,
+        due_of: &impl Fn(&T) -> u64,
+        fire: &mut impl FnMut(T),
+    ) {
+        let mut cursor = self.buckets[b][LATER].head;
         let mut min_due = u64::MAX;
         while cursor != NIL && !is_end(cursor) {
             let index = cursor as usize;
             let node = &self.nodes[index];
             cursor = node.next;
             let due = due_of(&node.value);
-            if due <= tick {
-                fire(self.unlink(index));
+            if due <= upto {
+                match promote {
+                    Some(due) => {
+                        let (prev, next) = (node.prev, node.next);
+                        self.link_around(prev, next);
+                        self.append(b, NOW, index as u32, due);
+                    }
+                    None => fire(self.unlink(index)),
+                }
             } else {
                 debug_assert_eq!(
                     due & self.mask,
                     b as u64,
-                    "entry due at {due} sits in bucket {b} (tick {tick})"
+                    "entry due at {due} sits in bucket {b}"
                 );
                 min_due = min_due.min(due);
             }
         }
-        if self.buckets[b].head != NIL {
-            self.buckets[b].min_due = min_due;
+        let later = &mut self.buckets[b][LATER];
+        if later.head != NIL {
+            later.min_due = min_due;
         }
     }
 
-    /// Joins `prev` and `next` around a node just taken out of the slab.
-    /// An end link names the bucket whose head or tail changes; a bucket
-    /// left empty is reset and cleared from the bitmap.
+    /// Joins `prev` and `next` around a node just taken out of its list.
+    /// An end link names the list whose head or tail changes; a list left
+    /// empty is reset, and a bucket left empty is cleared from the bitmap.
     fn link_around(&mut self, prev: u32, next: u32) {
         if is_end(prev) {
-            let b = (prev & !END) as usize;
-            self.buckets[b].head = if is_end(next) { NIL } else { next };
+            let (b, list) = end_target(prev);
+            self.buckets[b][list].head = if is_end(next) { NIL } else { next };
         } else {
             self.nodes[prev as usize].next = next;
         }
         if is_end(next) {
-            let b = (next & !END) as usize;
-            self.buckets[b].tail = if is_end(prev) { NIL } else { prev };
-            if self.buckets[b].head == NIL {
-                self.buckets[b] = EMPTY_BUCKET;
-                self.occupied[b / 64] &= !(1 << (b % 64));
+            let (b, list) = end_target(next);
+            let l = &mut self.buckets[b][list];
+            l.tail = if is_end(prev) { NIL } else { prev };
+            if l.head == NIL {
+                *l = EMPTY_LIST;
+                if self.buckets[b].iter().all(|l| l.head == NIL) {
+                    self.occupied[b / 64] &= !(1 << (b % 64));
+                }
             }
         } else {
             self.nodes[next as usize].prev = prev;
@@ -282,7 +390,9 @@ impl<T> Wheel<T> {
                     distance += step;
                     let b = (start + distance) & self.mask as usize;
                     let visit = tick + distance as u64;
-                    let min_due = self.buckets[b].min_due;
+                    let min_due = self.buckets[b][NOW]
+                        .min_due
+                        .min(self.buckets[b][LATER].min_due);
                     debug_assert!(
                         min_due >= visit,
                         "bucket {b} has min_due {min_due} before its next visit {visit} (tick {tick})"
@@ -423,6 +533,48 @@ mod tests {
         }
         assert_eq!(fire(&mut w, 11), vec![3]);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn an_entry_moved_to_now_fires_before_later_placed_entries_of_its_tick() {
+        let mut w = Wheel::new(8);
+        w.insert((11, 1), 11, 0).unwrap(); // a turn ahead: LATER
+        assert!(fire(&mut w, 3).is_empty()); // the visit moves it to NOW
+        w.insert((11, 2), 11, 4).unwrap(); // less than a turn ahead: NOW
+        assert_eq!(fire(&mut w, 11), vec![1, 2]);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn an_entry_whose_move_was_skipped_fires_first_at_its_tick() {
+        let mut w = Wheel::new(8);
+        w.insert((11, 1), 11, 0).unwrap(); // LATER; tick 3 is never visited
+        w.insert((11, 2), 11, 4).unwrap(); // NOW
+        w.insert((19, 3), 19, 4).unwrap(); // LATER, stays
+        assert_eq!(fire(&mut w, 11), vec![1, 2]);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.next_due(12), Some(19));
+        assert_eq!(fire(&mut w, 19), vec![3]);
+    }
+
+    #[test]
+    fn a_visit_does_not_look_at_entries_due_on_later_turns() {
+        let looked = std::cell::Cell::new(0);
+        let due_of = |v: &(u64, u32)| {
+            looked.set(looked.get() + 1);
+            v.0
+        };
+        let mut w = Wheel::new(8);
+        for i in 0..5 {
+            w.insert((3 + 8 * 10, i), 3 + 8 * 10, 0).unwrap();
+        }
+        w.insert((3, 9), 3, 0).unwrap();
+        let mut out = Vec::new();
+        w.expire(3, due_of, |(_, id)| out.push(id));
+        assert_eq!(out, vec![9]);
+        // Only the due entry may be looked at (by a debug assertion).
+        assert!(looked.get() <= 1, "looked at {} entries", looked.get());
+        assert_eq!(w.len(), 5);
     }
 
     #[test]
