@@ -174,8 +174,15 @@ impl Worker {
                 // what it pushed belongs to that tick, even if the clock
                 // moved on before we ran.
                 let woken_at = doze.checked_sub(DOZE_WOKEN_BASE).unwrap_or(u64::MAX);
-                let now = nanos(shared.clock.now());
-                self.skip_idle_ticks(now.min(woken_at));
+                // Only a worker that really slept may skip the ticks that
+                // passed meanwhile. One that found an inbox filled while it
+                // was marking them has not looked at what arrived: maybe a
+                // cancellation, which counts out at the end of the tick it
+                // was made in, not of a later one.
+                if !raced {
+                    let now = nanos(shared.clock.now());
+                    self.skip_idle_ticks(now.min(woken_at));
+                }
                 if woken_at != u64::MAX {
                     awake_through = Some(self.tick);
                 }
