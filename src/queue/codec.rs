@@ -9,7 +9,7 @@ pub use crate::error::CodecError;
 ///
 /// Implemented for `String` (UTF-8; decoding rejects invalid UTF-8),
 /// `Vec<u8>` (bytes as they are) and, with the `serde` feature, for
-/// [`Json<T>`](Json) (serde JSON). Implement it for your own types to use
+/// `Json<T>` (serde JSON). Implement it for your own types to use
 /// another format.
 ///
 /// ```

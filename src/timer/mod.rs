@@ -68,6 +68,14 @@
 //!   order), so `pending_timeouts()` drops by one at the next tick boundary.
 //! * The worker thread is spawned on start, not created beforehand (Rust
 //!   threads cannot exist unstarted).
+//! * Timeouts due in the same tick fire in the order their thread scheduled
+//!   them (HWT-W11's promise per producer). Netty's single queue also
+//!   orders timeouts of different threads by when they reached it; here
+//!   each thread has its own inbox, and that interleaving is unspecified.
+//! * A bucket visit does not walk timeouts due on later turns of the wheel
+//!   (see `wheel.rs`), and the worker wakes up precisely at a tick end when
+//!   something falls due (see above); Netty wakes every tick and walks the
+//!   whole bucket.
 //! * Tasks that panic are caught and logged with `tracing`; the worker goes
 //!   on. Netty's `TimerTask.cancelled()` callback and `Timeout.timer()` /
 //!   `task()` accessors have no equivalent: a cancelled task is dropped
