@@ -997,6 +997,41 @@ fn cancelled_timeout_stops_counting_by_the_next_tick_boundary() -> TestResult {
     Ok(())
 }
 
+// HWT-P02, for timeouts cancelled before the worker took them from their
+// inbox: one among the last pushed there is taken out by `cancel` itself,
+// one pushed longer ago goes through the cancelled list; both stay counted
+// until the next tick boundary, never run, and have their task dropped by
+// `cancel`.
+#[test]
+fn timeouts_cancelled_while_queued_count_out_at_the_next_tick_boundary() -> TestResult {
+    let (timer, clock) = manual_timer(ms(10), 8);
+    let (ran, dropped) = (counter(), counter());
+    let old = timer.new_timeout(ms(25), tracked(&ran, &dropped))?;
+    let others: Vec<Timeout> = (0..20)
+        .map(|_| timer.new_timeout(ms(25), counting(&ran)))
+        .collect::<Result<_, _>>()?;
+    let recent = timer.new_timeout(ms(25), tracked(&ran, &dropped))?;
+    assert_eq!(timer.pending_timeouts(), 22);
+
+    assert!(recent.cancel());
+    assert!(old.cancel());
+    assert_eq!(get(&dropped), 2, "cancel drops the task");
+    assert_eq!(
+        timer.pending_timeouts(),
+        22,
+        "counted until the worker processes the cancellations"
+    );
+    clock.advance(ms(10));
+    assert_eq!(timer.pending_timeouts(), 20);
+
+    clock.advance(ms(20));
+    assert_eq!(get(&ran), 20, "only the uncancelled timeouts ran");
+    assert!(others.iter().all(Timeout::is_expired));
+    assert!(recent.is_cancelled() && old.is_cancelled());
+    assert_eq!(timer.pending_timeouts(), 0);
+    Ok(())
+}
+
 // HWT-H02 / HWT-H03: cancel() succeeds once; it fails after expiry; a timeout
 // is never both expired and cancelled.
 #[test]

@@ -13,6 +13,13 @@
 //! push or a swap; nothing is allocated, freed or run under the lock except
 //! a vector's amortised growth.
 //!
+//! A timeout cancelled while it still waits in its inbox's pending list
+//! (the usual case for one cancelled soon after it was scheduled) is taken
+//! out of the list there and then, if it is among the last few pushed:
+//! only a count of such cancellations goes to the worker, which counts them
+//! out at the next tick boundary as usual. The worker never sees the
+//! timeout, and its memory is freed by the thread that allocated it.
+//!
 //! The lock also carries the two signals the worker and producers exchange:
 //!
 //! * `dozing`: set by the worker in every inbox (each found empty) before it
@@ -48,6 +55,9 @@ pub(crate) struct Inbox {
 struct Lists {
     pending: Vec<SharedTimeout>,
     cancelled: Vec<SharedTimeout>,
+    /// Cancellations of timeouts taken out of `pending` before the worker
+    /// saw them: only to be counted out.
+    cancelled_unseen: u64,
     dozing: bool,
     closed: bool,
 }
@@ -83,16 +93,28 @@ impl Inbox {
         lists.take_wake()
     }
 
-    /// Queues a cancelled timeout for the worker to unlink and count out.
-    /// After the worker is gone it is counted out here instead.
-    pub(crate) fn push_cancelled(&self, timeout: SharedTimeout) {
-        let pushed = {
+    /// Hands a cancelled timeout to the worker: takes it out of the
+    /// pending list if it is among the last [`UNSEEN_SEARCH`] there, else
+    /// queues it for the worker to unlink. Either way the worker counts it
+    /// out at its next tick. After the worker is gone it is counted out
+    /// here instead.
+    pub(crate) fn push_cancelled(&self, timeout: &SharedTimeout) {
+        let (pushed, _taken) = {
             let mut lists = self.lists.lock();
             if lists.closed {
-                Pushed::Closed
+                (Pushed::Closed, None)
             } else {
-                lists.cancelled.push(timeout);
-                lists.take_wake()
+                let from = lists.pending.len().saturating_sub(UNSEEN_SEARCH);
+                let found = lists.pending[from..]
+                    .iter()
+                    .rposition(|queued| Arc::ptr_eq(queued, timeout));
+                let taken = found.map(|i| lists.pending.remove(from + i));
+                if taken.is_some() {
+                    lists.cancelled_unseen += 1;
+                } else {
+                    lists.cancelled.push(Arc::clone(timeout));
+                }
+                (lists.take_wake(), taken)
             }
         };
         match pushed {
@@ -118,40 +140,35 @@ impl Inbox {
     /// Worker: swaps the pending timeouts out for `spare` (which must be
     /// empty); false if there were none.
     pub(crate) fn take_pending(&self, spare: &mut Vec<SharedTimeout>) -> bool {
-        self.take(spare, |lists| &mut lists.pending)
-    }
-
-    /// Worker: like [`take_pending`](Self::take_pending), for cancellations.
-    pub(crate) fn take_cancelled(&self, spare: &mut Vec<SharedTimeout>) -> bool {
-        self.take(spare, |lists| &mut lists.cancelled)
-    }
-
-    fn take(
-        &self,
-        spare: &mut Vec<SharedTimeout>,
-        list: fn(&mut Lists) -> &mut Vec<SharedTimeout>,
-    ) -> bool {
         debug_assert!(spare.is_empty());
         let mut lists = self.lists.lock();
-        let list = list(&mut lists);
-        if list.is_empty() {
+        if lists.pending.is_empty() {
             return false;
         }
-        std::mem::swap(list, spare);
+        std::mem::swap(&mut lists.pending, spare);
         true
+    }
+
+    /// Worker: swaps the cancelled timeouts out for `spare` (which must be
+    /// empty) and returns how many more were cancelled unseen.
+    pub(crate) fn take_cancelled(&self, spare: &mut Vec<SharedTimeout>) -> u64 {
+        debug_assert!(spare.is_empty());
+        let mut lists = self.lists.lock();
+        std::mem::swap(&mut lists.cancelled, spare);
+        std::mem::take(&mut lists.cancelled_unseen)
     }
 
     /// Worker: whether anything waits here (pending, cancelled).
     pub(crate) fn has_input(&self) -> (bool, bool) {
         let lists = self.lists.lock();
-        (!lists.pending.is_empty(), !lists.cancelled.is_empty())
+        (!lists.pending.is_empty(), lists.has_cancellations())
     }
 
     /// Worker, before dozing: marks the inbox if it is empty; false (and no
     /// mark) if something arrived.
     pub(crate) fn arm(&self) -> bool {
         let mut lists = self.lists.lock();
-        if lists.pending.is_empty() && lists.cancelled.is_empty() {
+        if lists.pending.is_empty() && !lists.has_cancellations() {
             lists.dozing = true;
             true
         } else {
@@ -165,19 +182,31 @@ impl Inbox {
     }
 
     /// Worker, at exit (or `stop()` of a timer that never started): closes
-    /// the inbox and returns what was still in it (pending, cancelled).
-    pub(crate) fn close(&self) -> (Vec<SharedTimeout>, Vec<SharedTimeout>) {
+    /// the inbox and returns what was still in it: the pending timeouts, and
+    /// the number of cancellations not yet counted out.
+    pub(crate) fn close(&self) -> (Vec<SharedTimeout>, u64) {
         let mut lists = self.lists.lock();
         lists.closed = true;
         lists.dozing = false;
-        (
-            std::mem::take(&mut lists.pending),
-            std::mem::take(&mut lists.cancelled),
-        )
+        let cancelled = lists.cancelled.len() as u64 + lists.cancelled_unseen;
+        lists.cancelled_unseen = 0;
+        let cancelled_list = std::mem::take(&mut lists.cancelled);
+        let pending = std::mem::take(&mut lists.pending);
+        drop(lists);
+        drop(cancelled_list);
+        (pending, cancelled)
     }
 }
 
+/// How far from the end of the pending list a cancellation looks for its
+/// timeout (a bounded search under the lock).
+const UNSEEN_SEARCH: usize = 16;
+
 impl Lists {
+    fn has_cancellations(&self) -> bool {
+        !self.cancelled.is_empty() || self.cancelled_unseen > 0
+    }
+
     /// After a push: whether the pusher must wake the worker (only the first
     /// push into a marked inbox must).
     fn take_wake(&mut self) -> Pushed {
@@ -216,3 +245,59 @@ pub(crate) fn thread_slot() -> usize {
 
 /// The inboxes of one timer.
 pub(crate) type Inboxes = Box<[Arc<Inbox>]>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timer::timeout::TimeoutInner;
+
+    fn timeout() -> SharedTimeout {
+        TimeoutInner::new(0, |_: &crate::timer::Timeout| {})
+    }
+
+    #[test]
+    fn a_recent_cancellation_is_taken_out_of_pending_and_only_counted() {
+        let inbox = Inbox::new(Weak::new());
+        let queued: Vec<SharedTimeout> = (0..UNSEEN_SEARCH + 4).map(|_| timeout()).collect();
+        for t in &queued {
+            assert!(matches!(inbox.push_pending(Arc::clone(t)), Pushed::Queued));
+        }
+        inbox.push_cancelled(&queued[UNSEEN_SEARCH + 3]); // the last pushed
+        inbox.push_cancelled(&queued[UNSEEN_SEARCH - 1]); // within the last few
+        inbox.push_cancelled(&queued[0]); // too far back: queued for the worker
+
+        let mut spare = Vec::new();
+        assert_eq!(inbox.take_cancelled(&mut spare), 2);
+        assert_eq!(spare.len(), 1);
+        assert!(Arc::ptr_eq(&spare[0], &queued[0]));
+
+        let mut pending = Vec::new();
+        assert!(inbox.take_pending(&mut pending));
+        let expect: Vec<&SharedTimeout> = queued
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != UNSEEN_SEARCH - 1 && i != UNSEEN_SEARCH + 3)
+            .map(|(_, t)| t)
+            .collect();
+        assert_eq!(pending.len(), expect.len());
+        assert!(
+            pending.iter().zip(expect).all(|(a, b)| Arc::ptr_eq(a, b)),
+            "the others keep their order"
+        );
+        assert_eq!(inbox.added(), queued.len() as u64, "still counted as added");
+    }
+
+    #[test]
+    fn a_closed_inbox_refuses_timeouts_and_reports_uncounted_cancellations() {
+        let inbox = Inbox::new(Weak::new());
+        let (a, b) = (timeout(), timeout());
+        assert!(matches!(inbox.push_pending(Arc::clone(&a)), Pushed::Queued));
+        assert!(matches!(inbox.push_pending(Arc::clone(&b)), Pushed::Queued));
+        inbox.push_cancelled(&b);
+        let (pending, cancelled) = inbox.close();
+        assert_eq!(pending.len(), 1);
+        assert!(Arc::ptr_eq(&pending[0], &a));
+        assert_eq!(cancelled, 1);
+        assert!(matches!(inbox.push_pending(timeout()), Pushed::Closed));
+    }
+}

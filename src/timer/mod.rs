@@ -685,7 +685,7 @@ impl Shared {
         for inbox in self.inboxes.iter() {
             let (p, c) = inbox.close();
             pending.extend(p);
-            cancelled += c.len() as u64;
+            cancelled += c;
         }
         self.count_out_elsewhere(cancelled);
         pending

@@ -176,7 +176,7 @@ impl Timeout {
             return false;
         }
         if let Some(inbox) = &self.inbox {
-            inbox.push_cancelled(self.inner.clone());
+            inbox.push_cancelled(&self.inner);
         }
         true
     }

@@ -235,10 +235,7 @@ impl Worker {
         let mut spare = std::mem::take(&mut self.spare);
         let mut counted = 0;
         for inbox in shared.inboxes.iter() {
-            if !inbox.take_cancelled(&mut spare) {
-                continue;
-            }
-            counted += spare.len() as u64;
+            counted += inbox.take_cancelled(&mut spare) + spare.len() as u64;
             for inner in spare.drain(..) {
                 if let Some(key) = inner.key() {
                     // A stale key (the entry already left the wheel, the
