@@ -150,11 +150,15 @@ impl Inbox {
     }
 
     /// Worker: swaps the cancelled timeouts out for `spare` (which must be
-    /// empty) and returns how many more were cancelled unseen.
+    /// empty; it is left alone when there are none, so that its capacity
+    /// stays with the worker) and returns how many more were cancelled
+    /// unseen.
     pub(crate) fn take_cancelled(&self, spare: &mut Vec<SharedTimeout>) -> u64 {
         debug_assert!(spare.is_empty());
         let mut lists = self.lists.lock();
-        std::mem::swap(&mut lists.cancelled, spare);
+        if !lists.cancelled.is_empty() {
+            std::mem::swap(&mut lists.cancelled, spare);
+        }
         std::mem::take(&mut lists.cancelled_unseen)
     }
 
