@@ -44,6 +44,11 @@ const NEVER: u64 = u64::MAX;
 /// burst, is released.
 const FIRED_KEEP: usize = 4096;
 
+/// Capacity of the spare vector kept for swapping into inboxes; a larger
+/// one, left by a burst, is released so that a burst's memory does not
+/// stay with the timer.
+const SPARE_KEEP: usize = 1 << 16;
+
 struct Worker {
     shared: Arc<Shared>,
     wheel: Wheel<Pending>,
@@ -248,8 +253,15 @@ impl Worker {
             }
         }
         self.spare = spare;
+        self.release_big_spare();
         if counted > 0 {
             self.count_out(counted);
+        }
+    }
+
+    fn release_big_spare(&mut self) {
+        if self.spare.capacity() > SPARE_KEEP {
+            self.spare = Vec::new();
         }
     }
 
@@ -264,6 +276,7 @@ impl Worker {
             if inbox.take_pending(&mut self.spare) {
                 // The emptied batch (with its capacity) becomes the spare.
                 std::mem::swap(&mut self.batch, &mut self.spare);
+                self.release_big_spare();
                 self.batch.reverse();
                 return self.batch.pop();
             }
