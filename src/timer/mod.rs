@@ -10,7 +10,9 @@
 //! * `new_timeout` never touches the wheel: it pushes the timeout onto the
 //!   pending list of its thread's inbox and returns its [`Timeout`] handle.
 //! * `cancel` is a compare-and-swap on the timeout's state plus a push onto
-//!   the cancelled list of the inbox the timeout came through.
+//!   the cancelled list of the inbox the timeout came through (or, when the
+//!   timeout is still among the last few queued there, its removal from
+//!   the pending list and a count for the worker).
 //! * Tick `t` covers `[start + t·tick, start + (t+1)·tick)`. The worker
 //!   processes it once it has ended: it drains the cancelled lists
 //!   (unlinking those timeouts), moves at most 100,000 pending timeouts into

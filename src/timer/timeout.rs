@@ -168,8 +168,9 @@ impl Timeout {
     ///
     /// Returns `true` only if this call moved the timeout from pending to
     /// cancelled; `false` if it had already expired (its task runs or ran)
-    /// or was already cancelled. The worker unlinks a cancelled timeout and
-    /// frees it, and [`pending_timeouts`](super::HashedWheelTimer::pending_timeouts)
+    /// or was already cancelled. The timer lets go of a cancelled timeout
+    /// (its memory goes with the last handle), and
+    /// [`pending_timeouts`](super::HashedWheelTimer::pending_timeouts)
     /// stops counting it, within one tick.
     pub fn cancel(&self) -> bool {
         if !self.inner.try_cancel() {
