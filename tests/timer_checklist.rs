@@ -1032,6 +1032,48 @@ fn timeouts_cancelled_while_queued_count_out_at_the_next_tick_boundary() -> Test
     Ok(())
 }
 
+// HWT-P02 again, with the cancellations made by another thread while the
+// producer keeps scheduling into the same inbox: every cancelled timeout is
+// counted out at the next tick boundary, never runs and has its task
+// dropped; the others all run.
+#[test]
+fn timeouts_cancelled_by_another_thread_while_queued_are_counted_out_once() -> TestResult {
+    const N: usize = 2_000;
+    let (timer, clock) = manual_timer(ms(10), 8);
+    let (ran, dropped) = (counter(), counter());
+    let (tx, rx) = mpsc::channel::<Timeout>();
+    let canceller = thread::spawn(move || {
+        let mut cancelled = 0;
+        for (i, t) in rx.into_iter().enumerate() {
+            if i % 2 == 0 && t.cancel() {
+                cancelled += 1;
+            }
+        }
+        cancelled
+    });
+    for _ in 0..N {
+        let t = timer.new_timeout(secs(60), tracked(&ran, &dropped))?;
+        tx.send(t)?;
+    }
+    drop(tx);
+    let cancelled = canceller.join().map_err(|_| "the canceller panicked")?;
+    assert_eq!(cancelled, N / 2);
+    assert_eq!(get(&dropped), N / 2, "cancel drops the task");
+    assert_eq!(
+        timer.pending_timeouts(),
+        N,
+        "counted until the next tick boundary"
+    );
+
+    clock.advance(ms(10));
+    assert_eq!(timer.pending_timeouts(), N / 2);
+    clock.advance(secs(61));
+    assert_eq!(get(&ran), N / 2);
+    assert_eq!(get(&dropped), N);
+    assert_eq!(timer.pending_timeouts(), 0);
+    Ok(())
+}
+
 // HWT-H02 / HWT-H03: cancel() succeeds once; it fails after expiry; a timeout
 // is never both expired and cancelled.
 #[test]
