@@ -135,8 +135,10 @@ impl Worker {
                 self.tick += 1;
                 // Catching up after a jump of the clock: ticks that ended
                 // with nothing due need no processing. Cancellations queued
-                // meanwhile (by tasks) are for the very next tick.
-                if !shared.inboxes.iter().any(|inbox| inbox.has_input().1) {
+                // meanwhile (by tasks) are for the very next tick. (The
+                // inboxes are looked at only when there is a tick to skip.)
+                let behind = self.end_of(self.tick).is_some_and(|end| now >= end);
+                if behind && !shared.inboxes.iter().any(|inbox| inbox.has_input().1) {
                     self.skip_idle_ticks(now);
                 }
                 continue;
@@ -226,12 +228,7 @@ impl Worker {
 
     /// Counts out `n` timeouts: published before any task of theirs runs.
     fn count_out(&mut self, n: u64) {
-        self.removed += n;
-        let shared = &self.shared;
-        shared
-            .removed_by_worker
-            .store(self.removed, Ordering::Release);
-        shared.unreserve(n as usize);
+        count_out(&self.shared, &mut self.removed, n);
     }
 
     /// Unlinks cancelled timeouts and counts them out.
@@ -353,6 +350,14 @@ impl Worker {
     }
 }
 
+/// Adds `n` to the worker's count of timeouts counted out (`removed`) and
+/// publishes it; the only writer of `Shared::removed_by_worker`.
+fn count_out(shared: &Shared, removed: &mut u64, n: u64) {
+    *removed += n;
+    shared.removed_by_worker.store(*removed, Ordering::Release);
+    shared.unreserve(n as usize);
+}
+
 /// Claims a due entry and runs (or hands over) its task; returns it for
 /// release when it ran here. An entry whose cancellation won the race is
 /// dropped: its queued cancellation counts it out. `removed` is the
@@ -362,9 +367,7 @@ fn fire(shared: &Shared, removed: &mut u64, inner: Pending) -> Option<Pending> {
         return None;
     }
     // Counted out before the task runs (Netty's order).
-    *removed += 1;
-    shared.removed_by_worker.store(*removed, Ordering::Release);
-    shared.unreserve(1);
+    count_out(shared, removed, 1);
     let timeout = Timeout { inner, inbox: None };
     match &shared.executor {
         None => {
