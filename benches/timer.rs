@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use redwheel::timer::{HashedWheelTimer, ManualClock, Timeout};
 
+#[path = "../examples/support/splitmix.rs"]
+mod splitmix;
+
 /// The shared no-op task's counter (only the worker thread touches it).
 static FIRED: AtomicU64 = AtomicU64::new(0);
 
@@ -27,17 +30,10 @@ fn bump() {
 }
 
 /// SplitMix64 delays in `[lo, hi]` ms, as in the workload definitions.
-fn delays_ms(n: usize, lo: u64, hi: u64, seed: u64) -> Vec<Duration> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            Duration::from_millis(lo + z % (hi - lo + 1))
-        })
+fn delays(n: usize, lo: u64, hi: u64, seed: u64) -> Vec<Duration> {
+    splitmix::delays_ms(n, lo, hi, seed)
+        .into_iter()
+        .map(Duration::from_millis)
         .collect()
 }
 
@@ -54,7 +50,7 @@ fn started_timer() -> HashedWheelTimer {
 /// W1/W2-like: each sample gets a fresh timer (so the pending set stays
 /// bounded), and only the scheduling loop is timed.
 fn schedule(c: &mut Criterion) {
-    let delays = delays_ms(1 << 16, 1000, 60_000, 42);
+    let delays = delays(1 << 16, 1000, 60_000, 42);
     let mut g = c.benchmark_group("timer");
     g.sample_size(20)
         .warm_up_time(Duration::from_millis(500))
@@ -94,7 +90,7 @@ fn schedule(c: &mut Criterion) {
 /// timed `advance` runs every one of them.
 fn expiry(c: &mut Criterion) {
     const BATCH: usize = 10_000;
-    let delays = delays_ms(BATCH, 2, 257, 43);
+    let delays = delays(BATCH, 2, 257, 43);
     let clock = ManualClock::new();
     let timer = HashedWheelTimer::builder()
         .tick_duration(Duration::from_millis(1))

@@ -23,25 +23,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redwheel::{Queue, QueueOptions, Redwheel};
 
+#[path = "support/splitmix.rs"]
+mod splitmix;
 #[path = "support/throwaway_redis.rs"]
 mod throwaway_redis;
+use splitmix::SplitMix64;
 use throwaway_redis::ThrowawayRedis;
-
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
 
 fn payload() -> String {
     "p".repeat(64)

@@ -49,6 +49,10 @@ use std::time::{Duration, Instant};
 
 use redwheel::timer::{HashedWheelTimer, Timeout};
 
+#[path = "support/splitmix.rs"]
+mod splitmix;
+use splitmix::delays_ms;
+
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
 // ---------------------------------------------------------------- allocator
@@ -183,22 +187,6 @@ fn parse_args() -> BoxResult<(Config, Vec<String>)> {
 
 // ---------------------------------------------------------------- helpers
 
-/// SplitMix64, `delay = lo + x mod (hi - lo + 1)` ms: Netty harness's `delaysMs`.
-fn delays_ms(n: usize, lo: u64, hi: u64, seed: u64) -> Vec<u64> {
-    let mut s = seed;
-    let span = hi - lo + 1;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            lo + z % span
-        })
-        .collect()
-}
-
 fn new_timer(cfg: &Config) -> BoxResult<HashedWheelTimer> {
     let timer = HashedWheelTimer::builder()
         .tick_duration(Duration::from_millis(cfg.tick_ms))
@@ -322,62 +310,65 @@ type Metrics = Vec<(&'static str, f64)>;
 // ---------------------------------------------------------------- workloads
 
 fn w1(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
-    let timer = new_timer(cfg)?;
-    let counter = leak_counter();
-    let n = d.len();
-    perf_ctl("enable");
-    let t0 = Instant::now();
-    for &ms in d {
-        timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
-    }
-    let t1 = Instant::now();
-    barrier(&timer)?;
-    let t2 = Instant::now();
-    perf_ctl("disable");
-    let pending = timer.pending_timeouts();
-    let fired = counter.load(Ordering::Relaxed);
-    timer.stop()?;
+    let run = schedule_all(cfg, d, false)?;
     Ok(vec![
-        ("ns_per_schedule", (t1 - t0).as_nanos() as f64 / n as f64),
-        (
-            "ns_per_schedule_until_accepted",
-            (t2 - t0).as_nanos() as f64 / n as f64,
-        ),
-        ("pending_after", pending as f64),
-        ("fired_during_run", fired as f64),
+        ("ns_per_schedule", run.loop_ns),
+        ("ns_per_schedule_until_accepted", run.accepted_ns),
+        ("pending_after", run.pending),
+        ("fired_during_run", run.fired),
     ])
 }
 
 fn w2(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
+    let run = schedule_all(cfg, d, true)?;
+    Ok(vec![
+        ("ns_per_schedule_cancel", run.loop_ns),
+        ("ns_per_pair_until_accepted", run.accepted_ns),
+        ("pending_after", run.pending),
+        ("fired_during_run", run.fired),
+    ])
+}
+
+/// What W1 and W2 measure.
+struct ScheduleRun {
+    /// The timed loop, per timeout.
+    loop_ns: f64,
+    /// Until the worker has taken every timeout in, per timeout.
+    accepted_ns: f64,
+    pending: f64,
+    fired: f64,
+}
+
+/// W1 and W2: schedules a timeout per delay (W2 cancels each at once), then
+/// waits until the worker has taken them all in.
+fn schedule_all(cfg: &Config, d: &[u64], cancel: bool) -> BoxResult<ScheduleRun> {
     let timer = new_timer(cfg)?;
     let counter = leak_counter();
-    let n = d.len();
+    let n = d.len() as f64;
     perf_ctl("enable");
     let t0 = Instant::now();
     for &ms in d {
         let t = timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
-        t.cancel();
+        if cancel {
+            t.cancel();
+        }
     }
     let t1 = Instant::now();
     barrier(&timer)?;
     let t2 = Instant::now();
     perf_ctl("disable");
-    thread::sleep(Duration::from_millis(5)); // one more tick of cancellation processing
-    let pending = timer.pending_timeouts();
-    let fired = counter.load(Ordering::Relaxed);
+    if cancel {
+        thread::sleep(Duration::from_millis(5)); // one more tick of cancellation processing
+    }
+    let pending = timer.pending_timeouts() as f64;
+    let fired = counter.load(Ordering::Relaxed) as f64;
     timer.stop()?;
-    Ok(vec![
-        (
-            "ns_per_schedule_cancel",
-            (t1 - t0).as_nanos() as f64 / n as f64,
-        ),
-        (
-            "ns_per_pair_until_accepted",
-            (t2 - t0).as_nanos() as f64 / n as f64,
-        ),
-        ("pending_after", pending as f64),
-        ("fired_during_run", fired as f64),
-    ])
+    Ok(ScheduleRun {
+        loop_ns: (t1 - t0).as_nanos() as f64 / n,
+        accepted_ns: (t2 - t0).as_nanos() as f64 / n,
+        pending,
+        fired,
+    })
 }
 
 fn w3(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
