@@ -1110,3 +1110,56 @@ fn timeout_debug_shows_its_deadline_and_state() -> TestResult {
     assert!(format!("{b:?}").contains("cancelled"), "{b:?}");
     Ok(())
 }
+
+/// An executor that batches jobs and records, at each end of tick, how many
+/// it had collected.
+#[derive(Default, Clone)]
+struct Batching {
+    held: Arc<Mutex<Vec<Job>>>,
+    batches: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Executor for Batching {
+    fn execute(&self, job: Job) -> Result<(), Job> {
+        self.held.lock().unwrap().push(job);
+        Ok(())
+    }
+
+    fn end_of_tick(&self) {
+        let jobs = std::mem::take(&mut *self.held.lock().unwrap());
+        self.batches.lock().unwrap().push(jobs.len());
+        for job in jobs {
+            job.run();
+        }
+    }
+}
+
+// An extension (no Netty counterpart): an executor learns where each tick's
+// jobs end, once per tick that handed any over, so it can run a tick's
+// timeouts as one batch.
+#[test]
+fn an_executor_is_told_once_per_tick_after_the_last_job_of_that_tick() -> TestResult {
+    let clock = ManualClock::new();
+    let exec = Batching::default();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(10))
+        .clock(clock.clone())
+        .executor(exec.clone())
+        .build()?;
+    let ran = counter();
+    for delay in [1, 2, 9, 5, 25, 21] {
+        let ran = ran.clone();
+        timer.new_timeout(ms(delay), move |_| {
+            ran.fetch_add(1, Ordering::SeqCst);
+        })?;
+    }
+    clock.advance(ms(10));
+    assert_eq!(*exec.batches.lock().unwrap(), vec![4]);
+    // A tick with nothing due hands nothing over and is not announced.
+    clock.advance(ms(10));
+    assert_eq!(*exec.batches.lock().unwrap(), vec![4]);
+    clock.advance(ms(10));
+    assert_eq!(*exec.batches.lock().unwrap(), vec![4, 2]);
+    assert_eq!(get(&ran), 6);
+    Ok(())
+}

@@ -156,6 +156,13 @@ pub trait Executor: Send + Sync + 'static {
     /// it: the timer logs a warning and drops the job, whose timeout stays
     /// expired (Netty's behaviour for a rejecting executor).
     fn execute(&self, job: Job) -> Result<(), Job>;
+
+    /// Called on the worker thread once it has handed over every job that
+    /// expired in one tick (and only after a tick that handed over at least
+    /// one). An executor that batches jobs releases its batch here, so that
+    /// timeouts due in the same tick are run together. Does nothing by
+    /// default.
+    fn end_of_tick(&self) {}
 }
 
 impl<F> Executor for F

@@ -319,6 +319,7 @@ impl Worker {
         let shared = &self.shared;
         let fired = &mut self.fired;
         let removed = &mut self.removed;
+        let mut handed_over = false;
         self.wheel.expire(
             tick,
             |e| Self::due_tick(start, tick_ns, e.deadline),
@@ -328,11 +329,16 @@ impl Worker {
                     "tick {tick} fires deadline {} at {now}",
                     entry.deadline
                 );
-                if let Some(done) = fire(shared, removed, entry) {
-                    fired.push(done);
+                match fire(shared, removed, entry) {
+                    Fired::Here(done) => fired.push(done),
+                    Fired::HandedOver => handed_over = true,
+                    Fired::No => {}
                 }
             },
         );
+        if handed_over && let Some(executor) = &shared.executor {
+            executor.end_of_tick();
+        }
         self.fired.clear();
         if self.fired.capacity() > FIRED_KEEP {
             self.fired = Vec::new();
@@ -358,13 +364,22 @@ fn count_out(shared: &Shared, removed: &mut u64, n: u64) {
     shared.unreserve(n as usize);
 }
 
-/// Claims a due entry and runs (or hands over) its task; returns it for
-/// release when it ran here. An entry whose cancellation won the race is
-/// dropped: its queued cancellation counts it out. `removed` is the
-/// worker's count of timeouts counted out.
-fn fire(shared: &Shared, removed: &mut u64, inner: Pending) -> Option<Pending> {
+/// What [`fire`] did with a due entry.
+enum Fired {
+    /// Its task ran on this thread; the entry is returned for release.
+    Here(Pending),
+    /// Its task was handed to the executor (which may have rejected it).
+    HandedOver,
+    /// Its cancellation won the race; nothing ran.
+    No,
+}
+
+/// Claims a due entry and runs (or hands over) its task. An entry whose
+/// cancellation won the race is dropped: its queued cancellation counts it
+/// out. `removed` is the worker's count of timeouts counted out.
+fn fire(shared: &Shared, removed: &mut u64, inner: Pending) -> Fired {
     if !inner.try_expire() {
-        return None;
+        return Fired::No;
     }
     // Counted out before the task runs (Netty's order).
     count_out(shared, removed, 1);
@@ -372,7 +387,7 @@ fn fire(shared: &Shared, removed: &mut u64, inner: Pending) -> Option<Pending> {
     match &shared.executor {
         None => {
             run_task(&timeout);
-            return Some(timeout.inner);
+            return Fired::Here(timeout.inner);
         }
         Some(executor) => {
             if let Err(job) = executor.execute(Job { timeout }) {
@@ -385,5 +400,5 @@ fn fire(shared: &Shared, removed: &mut u64, inner: Pending) -> Option<Pending> {
             }
         }
     }
-    None
+    Fired::HandedOver
 }
