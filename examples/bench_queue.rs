@@ -95,7 +95,7 @@ fn q3(rw: &Redwheel, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
     let p = payload();
     let consumer = {
         let q = q.clone();
-        std::thread::spawn(move || -> Result<Vec<f64>, redwheel::QueueError> {
+        std::thread::spawn(move || -> Result<Vec<f64>, redwheel::Error> {
             let mut late = Vec::with_capacity(n);
             for _ in 0..n {
                 let m = q.take()?;

@@ -3,7 +3,7 @@
 -- KEYS[1]  redwheel:{N}:delayed   ZSET
 -- KEYS[2]  redwheel:{N}:msg       HASH
 -- KEYS[3]  redwheel:{N}:ready     LIST
--- KEYS[4]  redwheel:{N}:dead      LIST
+-- KEYS[4]  redwheel:{N}:dead      ZSET
 -- ARGV     none
 --
 -- Reply: the number of messages deleted (entries of `msg`).

@@ -1,11 +1,12 @@
 -- len.lua: count the messages waiting in queue N (delayed or ready, not yet taken).
 --
 -- KEYS[1]  redwheel:{N}:msg       HASH
--- KEYS[2]  redwheel:{N}:dead      LIST
+-- KEYS[2]  redwheel:{N}:dead      ZSET
 -- ARGV     none
 --
--- Reply: HLEN(msg) - LLEN(dead), an integer.
+-- Reply: HLEN(msg) - ZCARD(dead), an integer.
 --
--- Invariant: read-only. `msg` holds exactly the waiting messages plus the parked dead
--- letters, so the difference counts the waiting ones, in O(1).
-return redis.call('HLEN', KEYS[1]) - redis.call('LLEN', KEYS[2])
+-- Invariant: read-only. `msg` holds exactly the waiting messages plus the dead letters, and
+-- `dead` only ids that have a `msg` entry (remove.lua and clear.lua keep both together), so
+-- the difference counts the waiting ones, in O(1).
+return redis.call('HLEN', KEYS[1]) - redis.call('ZCARD', KEYS[2])

@@ -1,4 +1,4 @@
--- offer.lua: add one delayed message to queue N.
+-- offer.lua: add one delayed message to queue N, unless its id is already known there.
 --
 -- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due (ms, Redis server clock)
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
@@ -6,10 +6,12 @@
 -- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME)
 --          or 'a' (ARGV[2] is an absolute due in epoch ms; a past one is clamped to now)
 -- ARGV[2]  the delay or the due time, a non-negative integer in decimal
--- ARGV[3]  the message id (client-generated, unique)
+-- ARGV[3]  the message id (client-generated and unique, or chosen by the caller)
 -- ARGV[4]  the encoded payload (bytes)
 --
--- Reply: the message's due time in epoch ms (server clock), an integer.
+-- Reply: the message's due time in epoch ms (server clock), an integer >= 0, when it was
+--        added; -1 when the id is already known to the queue (waiting, due, or parked as a
+--        dead letter): nothing is written, so offering the same id twice is harmless.
 --        Error 'ERR redwheel: due overflows' when the due time exceeds 2^53 ms.
 --
 -- Invariant: a message is in `delayed` iff it has a `msg` entry and has not yet been
@@ -17,6 +19,9 @@
 -- for relative delays. `wake` carries the due time only when it is earlier than every
 -- due already waiting (the message became the head), so transfer tasks learn about
 -- earlier heads, never later ones. O(log n).
+if redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
+  return -1
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due

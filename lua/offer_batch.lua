@@ -1,4 +1,5 @@
--- offer_batch.lua: add many delayed messages to queue N in one atomic step.
+-- offer_batch.lua: add many delayed messages to queue N in one atomic step, skipping ids
+-- already known there.
 --
 -- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due (ms, Redis server clock)
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
@@ -8,17 +9,21 @@
 -- ARGV[2..] triples: delay or due time, id, encoded payload.
 --          The client sends at most 1,000 triples per call (Lua's unpack limit is 8,000).
 --
--- Reply: the number of messages added.
+-- Reply: one integer per message, in order: 1 if it was added, 0 if its id was already
+--        known to the queue (waiting, due, or a dead letter; nothing written for it).
 --        Error 'ERR redwheel: due overflows' (nothing written) when a due exceeds 2^53 ms.
 --
--- Invariant: as offer.lua, for every message of the batch; one PUBLISH at most, of the
--- batch's earliest due, and only when it is earlier than every due already waiting.
+-- Invariant: as offer.lua, for every message of the batch (an id repeated within the batch
+-- is added once); one PUBLISH at most, of the earliest due added, and only when it is
+-- earlier than every due already waiting.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local relative = ARGV[1] == 'r'
 local n = (#ARGV - 1) / 3
 local zargs = {}
 local hargs = {}
+local added = {}
+local seen = {}
 local min_due
 for i = 0, n - 1 do
   local t = tonumber(ARGV[3 * i + 2])
@@ -31,18 +36,24 @@ for i = 0, n - 1 do
   if due > 9007199254740992 then
     return redis.error_reply('ERR redwheel: due overflows')
   end
-  local dues = string.format('%d', due)
   local id = ARGV[3 * i + 3]
-  zargs[2 * i + 1] = dues
-  zargs[2 * i + 2] = id
-  hargs[2 * i + 1] = id
-  hargs[2 * i + 2] = dues .. ':' .. ARGV[3 * i + 4]
-  if min_due == nil or due < min_due then
-    min_due = due
+  if seen[id] or redis.call('HEXISTS', KEYS[2], id) == 1 then
+    added[i + 1] = 0
+  else
+    seen[id] = true
+    added[i + 1] = 1
+    local dues = string.format('%d', due)
+    zargs[#zargs + 1] = dues
+    zargs[#zargs + 1] = id
+    hargs[#hargs + 1] = id
+    hargs[#hargs + 1] = dues .. ':' .. ARGV[3 * i + 4]
+    if min_due == nil or due < min_due then
+      min_due = due
+    end
   end
 end
-if n == 0 then
-  return 0
+if #zargs == 0 then
+  return added
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], unpack(zargs))
@@ -50,4 +61,4 @@ redis.call('HSET', KEYS[2], unpack(hargs))
 if head[2] == nil or min_due < tonumber(head[2]) then
   redis.call('PUBLISH', KEYS[3], string.format('%d', min_due))
 end
-return n
+return added

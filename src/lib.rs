@@ -59,21 +59,22 @@
 //! let m = q.take()?; // blocks until a message is due
 //! println!("{} was due at {:?}", m.payload(), m.due());
 //! rw.shutdown(Duration::from_secs(5))?;
-//! # Ok::<(), redwheel::QueueError>(())
+//! # Ok::<(), redwheel::Error>(())
 //! ```
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 pub mod queue;
-mod redwheel;
+mod runtime;
 mod scripts;
 pub mod timer;
 
-pub use error::{QueueError, TimerError};
+pub use error::{Error, ErrorKind, TimerError};
 pub use queue::{Codec, Message, MessageId, Queue, QueueOptions};
-pub use redwheel::{Redwheel, RedwheelOptions};
+pub use runtime::{DriverStats, Redwheel, RedwheelOptions};
 
 /// The README's code blocks, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -1,7 +1,7 @@
 //! Redis-persisted delayed queues.
 //!
 //! A message offered with a delay waits in Redis until it is due, then a
-//! transfer task moves it to the queue's ready list, where a consumer
+//! transfer job moves it to the queue's ready list, where a consumer
 //! blocked in [`Queue::take`] gets it. Nothing is held in process memory:
 //! any process that opens the queue delivers what is due, including
 //! messages offered by processes that have since exited.
@@ -13,31 +13,37 @@
 //! | `redwheel:{N}:delayed` | ZSET | message id → due time (epoch ms, Redis server clock) |
 //! | `redwheel:{N}:msg` | HASH | message id → `"<due ms>:<payload bytes>"` |
 //! | `redwheel:{N}:ready` | LIST | ids that are due, in due order |
-//! | `redwheel:{N}:dead` | LIST | ids of messages a consumer could not decode |
+//! | `redwheel:{N}:dead` | ZSET | ids of messages a consumer could not decode → when they were parked |
 //! | `redwheel:{N}:wake` | channel | a new earliest due time (ms) |
 //!
-//! Every state change is one Lua script (`lua/*.lua`): offer, batch offer,
-//! transfer, remove, clear, take, park. Due times and "now" come from the
-//! server's `TIME`, so machines with skewed clocks agree; relative delays
-//! are sent, never client timestamps. No script scans a list.
+//! Every state change is one Lua script (`lua/*.lua` in the repository):
+//! offer, batch offer, transfer, remove, clear, take, park. Due times and
+//! "now" come from the server's `TIME`, so machines with skewed clocks
+//! agree; relative delays are sent, never client timestamps. No script
+//! scans a list.
 //!
-//! # Delivery
+//! # What each operation guarantees
 //!
-//! * Never early by the Redis server clock: a message moves to the ready
-//!   list only once `due <= TIME`.
-//! * In due order: the transfer appends ids in due order; one consumer
-//!   takes them in that order.
-//! * Exactly once to the ready list, however many processes transfer the
-//!   queue; **at most once** to consumers: a message is deleted from Redis
-//!   by the same script that hands it to a consumer, so a consumer that
-//!   dies (or loses its connection) from then on loses it. Nothing is lost
-//!   or orphaned before that point: a consumer blocks on the ready list
-//!   without popping from it. (Reliable claim/ack delivery is a later
-//!   addition; the layout leaves room for it.)
-//! * Latency: each `Redwheel` schedules one wheel timeout per queue at the
-//!   head's due time, replaced only by an earlier head announced on the
-//!   wake channel; a guard sweep (default every second) covers a lost
-//!   wake-up or a dead process.
+//! * **Offer**: when `offer` returns `Ok`, the message is in Redis (as
+//!   durable as the server's persistence settings make it). When it
+//!   returns [`ErrorKind::Unavailable`], nothing was written. When it
+//!   returns [`ErrorKind::OutcomeUnknown`] (Redis stopped answering after
+//!   the command was sent), the message may or may not be there: retry
+//!   with [`Queue::offer_with_id`], which writes an id at most once.
+//! * **Delivery**: never early by the Redis server clock (a message moves
+//!   to the ready list only once `due <= TIME`), in due order, exactly once
+//!   to the ready list however many processes transfer the queue.
+//! * **Take** is **at-most-once**: a message is deleted from Redis by the
+//!   same script that hands it to a consumer, so a consumer that dies (or
+//!   loses its connection) from then on loses it. Nothing is lost before
+//!   that point: a consumer blocks on the ready list without popping.
+//! * **Latency**: each [`Redwheel`] keeps one wheel timeout per queue at the
+//!   head's due time, replaced only by an earlier head announced on the wake
+//!   channel; a guard sweep (default every second) covers a lost wake-up or
+//!   a dead process.
+//!
+//! [`ErrorKind::Unavailable`]: crate::ErrorKind::Unavailable
+//! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown
 
 mod codec;
 pub(crate) mod state;
@@ -45,24 +51,24 @@ pub(crate) mod state;
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use redis::Connection;
 
 #[cfg(feature = "serde")]
 pub use self::codec::Json;
 pub use self::codec::{Codec, CodecError};
 pub use self::state::{MAX_ID_LEN, MAX_NAME_LEN};
-pub use crate::error::QueueError;
 
-use self::state::{QueueState, new_message_id};
-use crate::error::is_unavailable;
-use crate::redwheel::Redwheel;
+use self::state::{QueueState, TransferJob, new_message_id};
+use crate::error::{Access, Error, ErrorKind};
+use crate::runtime::{Backoff, Conn, Deadline, Redwheel, Runtime, Subscription, shut_down};
 use crate::scripts::{self, BATCH_OFFER_MAX, MAX_DUE_MS, TRANSFER_BATCH_MAX};
 
 /// Longest guard interval accepted.
 const MAX_GUARD_INTERVAL: Duration = Duration::from_secs(86_400);
+
+/// Largest `max_payload_bytes`: Redis's own limit on one string (512 MiB).
+const MAX_PAYLOAD_LIMIT: usize = 512 << 20;
 
 /// Options of one queue, for [`Redwheel::queue_with`].
 #[derive(Debug, Clone)]
@@ -84,7 +90,7 @@ impl Default for QueueOptions {
 
 impl QueueOptions {
     /// Most ids one transfer script call moves (1 ..= 4,000; default
-    /// 1,000). A full batch is followed by another call at once.
+    /// 1,000). A full batch is followed by another call in the next round.
     pub fn transfer_batch(mut self, n: usize) -> Self {
         self.transfer_batch = n;
         self
@@ -92,40 +98,58 @@ impl QueueOptions {
 
     /// Period of the guard sweep: a transfer run even when no wake-up came,
     /// so a lost pub/sub message or a dead process never strands a message
-    /// for longer than this. 10 ms ..= 1 day; default 1 s.
+    /// for longer than this. 10 ms ..= 1 day; default 1 s. Queues with the
+    /// same interval are swept together, in one round trip.
     pub fn guard_interval(mut self, d: Duration) -> Self {
         self.guard_interval = d;
         self
     }
 
-    /// Largest encoded payload accepted by `offer` (bytes; default 1 MiB).
-    /// A larger one fails with [`QueueError::PayloadTooLarge`].
+    /// Largest encoded payload accepted by `offer` (1 byte ..= 512 MiB;
+    /// default 1 MiB). A larger one fails with
+    /// [`ErrorKind::PayloadTooLarge`].
     pub fn max_payload_bytes(mut self, n: usize) -> Self {
         self.max_payload_bytes = n;
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), QueueError> {
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        let bad = |name: &str, reason: String| {
+            Err(Error::new(
+                ErrorKind::InvalidOption,
+                format!("invalid option `{name}`: {reason}"),
+            ))
+        };
         if self.transfer_batch == 0 || self.transfer_batch > TRANSFER_BATCH_MAX {
-            return Err(QueueError::InvalidOption {
-                name: "transfer_batch",
-                reason: format!("{} is not in 1..={TRANSFER_BATCH_MAX}", self.transfer_batch),
-            });
+            return bad(
+                "transfer_batch",
+                format!("{} is not in 1..={TRANSFER_BATCH_MAX}", self.transfer_batch),
+            );
         }
         if self.guard_interval < Duration::from_millis(10)
             || self.guard_interval > MAX_GUARD_INTERVAL
         {
-            return Err(QueueError::InvalidOption {
-                name: "guard_interval",
-                reason: format!("{:?} is not within 10 ms ..= 1 day", self.guard_interval),
-            });
+            return bad(
+                "guard_interval",
+                format!("{:?} is not within 10 ms ..= 1 day", self.guard_interval),
+            );
+        }
+        if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_LIMIT {
+            return bad(
+                "max_payload_bytes",
+                format!(
+                    "{} is not in 1..={MAX_PAYLOAD_LIMIT}",
+                    self.max_payload_bytes
+                ),
+            );
         }
         Ok(())
     }
 }
 
 /// The id of a message, unique across processes; returned by `offer`,
-/// accepted by [`Queue::remove`].
+/// accepted by [`Queue::remove`], or chosen by the caller with
+/// [`Queue::offer_with_id`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MessageId(String);
 
@@ -148,7 +172,8 @@ impl fmt::Display for MessageId {
 }
 
 impl From<String> for MessageId {
-    /// Wraps an id kept elsewhere (a database row); `remove` checks it.
+    /// Wraps an id kept elsewhere (a database row); `remove` and
+    /// `offer_with_id` check it.
     fn from(s: String) -> Self {
         MessageId(s)
     }
@@ -206,10 +231,10 @@ impl<T> Message<T> {
 /// Cheap to `Clone`, `Send + Sync`: share it between producer and consumer
 /// threads. Keeps its [`Redwheel`] alive.
 pub struct Queue<T> {
-    pub(crate) rw: Redwheel,
-    pub(crate) state: Arc<QueueState>,
-    pub(crate) max_payload: usize,
-    pub(crate) _payload: PhantomData<fn(T) -> T>,
+    rw: Redwheel,
+    state: Arc<QueueState>,
+    max_payload: usize,
+    _payload: PhantomData<fn(T) -> T>,
 }
 
 impl<T> Clone for Queue<T> {
@@ -232,17 +257,110 @@ impl<T> fmt::Debug for Queue<T> {
     }
 }
 
+impl Redwheel {
+    /// Opens queue `name` carrying payloads of type `T`, with default
+    /// options. See [`queue_with`](Redwheel::queue_with).
+    pub fn queue<T: Codec>(&self, name: &str) -> Result<Queue<T>, Error> {
+        self.queue_with(name, QueueOptions::default())
+    }
+
+    /// Opens queue `name` (keys `redwheel:{name}:…`) carrying payloads of
+    /// type `T`.
+    ///
+    /// The first open of a name in this `Redwheel` registers its transfer
+    /// job (one per queue per `Redwheel`), which runs at once, so messages
+    /// that fell due while no process was running move right away. Later
+    /// opens share that job; their `transfer_batch` and `guard_interval`
+    /// are ignored, their `max_payload_bytes` applies to their handle.
+    ///
+    /// Fails with [`ErrorKind::InvalidName`] for an empty name, one over
+    /// 200 bytes, or one holding `{`, `}` or control characters, and
+    /// [`ErrorKind::InvalidOption`] for an option out of range.
+    pub fn queue_with<T: Codec>(
+        &self,
+        name: &str,
+        options: QueueOptions,
+    ) -> Result<Queue<T>, Error> {
+        state::validate_name(name)?;
+        options.validate()?;
+        let rt = self.runtime();
+        if rt.is_shut_down() {
+            return Err(shut_down());
+        }
+        let (state, created) = rt
+            .state(&format!("queue {name}"), || QueueState::new(name))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidName,
+                    "the name is in use by another kind of object",
+                )
+                .in_queue(name)
+            })?;
+        if created {
+            open_transfer(rt, &state, &options);
+        }
+        Ok(Queue {
+            rw: self.clone(),
+            state,
+            max_payload: options.max_payload_bytes,
+            _payload: PhantomData,
+        })
+    }
+}
+
+/// Registers a new queue's transfer job and wake channel.
+fn open_transfer(rt: &Arc<Runtime>, state: &Arc<QueueState>, options: &QueueOptions) {
+    let weak: Weak<Runtime> = Arc::downgrade(rt);
+    let key = state.job_key.clone();
+    let on_message = {
+        let (weak, key) = (weak.clone(), key.clone());
+        move |payload: &[u8]| {
+            let Some(rt) = weak.upgrade() else { return };
+            let due = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok());
+            let at = match due {
+                Some(ms) => Deadline::ServerMs(ms),
+                None => Deadline::Now,
+            };
+            rt.driver.announce(&key, at);
+        }
+    };
+    let on_subscribed = {
+        let (weak, key) = (weak, key);
+        move || {
+            if let Some(rt) = weak.upgrade() {
+                rt.driver.announce(&key, Deadline::Now);
+            }
+        }
+    };
+    rt.driver.register(
+        &state.job_key,
+        Arc::new(TransferJob::new(Arc::clone(state), options.transfer_batch)),
+        Deadline::Now,
+        Some(options.guard_interval),
+    );
+    rt.subscriber.subscribe(
+        &state.keys.wake,
+        Subscription {
+            on_message: Box::new(on_message),
+            on_subscribed: Box::new(on_subscribed),
+        },
+    );
+}
+
 /// `at` in epoch ms, rounded up; before the epoch is 0 (clamped to now by
 /// the script); past 2^53 ms is an error.
-fn epoch_ms(at: SystemTime) -> Result<u64, QueueError> {
+fn epoch_ms(at: SystemTime) -> Result<u64, Error> {
     let ms = match at.duration_since(UNIX_EPOCH) {
         Ok(d) => ceil_ms(d),
         Err(_) => 0,
     };
     if ms > u128::from(MAX_DUE_MS) {
-        return Err(QueueError::DelayOverflow {
-            reason: format!("{at:?} is past 2^53 ms since the epoch"),
-        });
+        return Err(Error::new(
+            ErrorKind::DelayOverflow,
+            format!("the due time {at:?} is past 2^53 ms since the epoch"),
+        ));
     }
     Ok(ms as u64)
 }
@@ -258,26 +376,41 @@ impl<T: Codec> Queue<T> {
         &self.state.name
     }
 
-    fn encode<'a>(&self, payload: &'a T) -> Result<Cow<'a, [u8]>, QueueError> {
-        let bytes = payload.encode().map_err(QueueError::Encode)?;
+    fn rt(&self) -> &Arc<Runtime> {
+        self.rw.runtime()
+    }
+
+    /// Tags an error with this queue's name.
+    fn tag(&self, e: Error) -> Error {
+        e.in_queue(&self.state.name)
+    }
+
+    fn encode<'a>(&self, payload: &'a T) -> Result<Cow<'a, [u8]>, Error> {
+        let bytes = payload.encode().map_err(|e| {
+            self.tag(Error::new(ErrorKind::Encode, "could not encode a payload").with_cause(e))
+        })?;
         if bytes.len() > self.max_payload {
-            return Err(QueueError::PayloadTooLarge {
-                size: bytes.len(),
-                max: self.max_payload,
-            });
+            return Err(self.tag(Error::new(
+                ErrorKind::PayloadTooLarge,
+                format!(
+                    "payload of {} bytes exceeds the limit of {} bytes",
+                    bytes.len(),
+                    self.max_payload
+                ),
+            )));
         }
         Ok(bytes)
     }
 
     /// The delay in ms, checked against the 2^53 ms limit of a score.
-    fn delay_ms(&self, delay: Duration) -> Result<u64, QueueError> {
+    fn delay_ms(&self, delay: Duration) -> Result<u64, Error> {
         let ms = ceil_ms(delay);
-        let now = self.rw.shared().server_now_ms();
-        let limit = MAX_DUE_MS.saturating_sub(now);
+        let limit = MAX_DUE_MS.saturating_sub(self.rt().server_now_ms());
         if ms > u128::from(limit) {
-            return Err(QueueError::DelayOverflow {
-                reason: format!("a delay of {delay:?} puts the due time past 2^53 ms"),
-            });
+            return Err(self.tag(Error::new(
+                ErrorKind::DelayOverflow,
+                format!("a delay of {delay:?} puts the due time past 2^53 ms"),
+            )));
         }
         Ok(ms as u64)
     }
@@ -285,38 +418,77 @@ impl<T: Codec> Queue<T> {
     /// Offers `payload`, due `delay` from now by the Redis server's clock.
     /// Returns its id.
     ///
-    /// Fails with [`QueueError::PayloadTooLarge`], [`QueueError::Encode`],
-    /// [`QueueError::DelayOverflow`] (nothing is written), or
-    /// [`QueueError::Unavailable`] when Redis cannot be reached.
-    pub fn offer(&self, payload: &T, delay: Duration) -> Result<MessageId, QueueError> {
+    /// Fails with [`ErrorKind::PayloadTooLarge`], [`ErrorKind::Encode`],
+    /// [`ErrorKind::DelayOverflow`] (nothing is written),
+    /// [`ErrorKind::Unavailable`] when Redis cannot be reached (nothing is
+    /// written), or [`ErrorKind::OutcomeUnknown`] when Redis stopped
+    /// answering after the offer was sent (it may have been written; retry
+    /// with [`offer_with_id`](Queue::offer_with_id) to be sure it is written
+    /// once). The call takes at most
+    /// [`command_timeout`](crate::RedwheelOptions::command_timeout).
+    pub fn offer(&self, payload: &T, delay: Duration) -> Result<MessageId, Error> {
         let bytes = self.encode(payload)?;
         let ms = self.delay_ms(delay)?;
-        self.offer_raw("r", ms, &bytes)
+        let id = new_message_id();
+        // A retry inside `offer_raw` that finds the id written means the
+        // first attempt succeeded: the offer stands either way.
+        self.offer_raw("r", ms, &id, &bytes)?;
+        Ok(MessageId(id))
     }
 
     /// Offers `payload`, due at `at` (wall-clock time, compared with the
     /// Redis server's clock). A time in the past is clamped to now: the
     /// message is due at once.
-    pub fn offer_at(&self, payload: &T, at: SystemTime) -> Result<MessageId, QueueError> {
+    pub fn offer_at(&self, payload: &T, at: SystemTime) -> Result<MessageId, Error> {
         let bytes = self.encode(payload)?;
-        self.offer_raw("a", epoch_ms(at)?, &bytes)
+        let id = new_message_id();
+        self.offer_raw("a", epoch_ms(at)?, &id, &bytes)?;
+        Ok(MessageId(id))
     }
 
-    fn offer_raw(&self, mode: &str, value: u64, bytes: &[u8]) -> Result<MessageId, QueueError> {
-        let id = new_message_id();
+    /// Offers `payload` under an id of the caller's choosing, due `delay`
+    /// from now: the idempotent offer, for producers that retry.
+    ///
+    /// Returns `true` if the message was added, `false` if a message with
+    /// this id is already known to the queue (waiting, due, or a dead
+    /// letter): then nothing changes, its payload and due time stay as they
+    /// were. So after [`ErrorKind::OutcomeUnknown`], offering the same id
+    /// again is safe: the message ends up in the queue exactly once. Once
+    /// the message has been taken, the id is free again.
+    ///
+    /// Fails with [`ErrorKind::InvalidId`] for an empty id or one over 128
+    /// bytes, and as [`offer`](Queue::offer) otherwise.
+    pub fn offer_with_id(
+        &self,
+        id: &MessageId,
+        payload: &T,
+        delay: Duration,
+    ) -> Result<bool, Error> {
+        check_id(id).map_err(|e| self.tag(e))?;
+        let bytes = self.encode(payload)?;
+        let ms = self.delay_ms(delay)?;
+        self.offer_raw("r", ms, id.as_str(), &bytes)
+    }
+
+    /// Adds one message; true if added, false if the id was known.
+    fn offer_raw(&self, mode: &str, value: u64, id: &str, bytes: &[u8]) -> Result<bool, Error> {
         let keys = &self.state.keys;
-        self.rw.shared().with_conn(|con| {
-            scripts::OFFER
-                .key(&keys.delayed)
-                .key(&keys.msg)
-                .key(&keys.wake)
-                .arg(mode)
-                .arg(value)
-                .arg(&id)
-                .arg(bytes)
-                .invoke::<i64>(con)
-        })?;
-        Ok(MessageId(id))
+        let due: i64 = self
+            .rt()
+            .commands
+            .run(Access::Write, |con| {
+                scripts::OFFER
+                    .key(&keys.delayed)
+                    .key(&keys.msg)
+                    .key(&keys.wake)
+                    .arg(mode)
+                    .arg(value)
+                    .arg(id)
+                    .arg(bytes)
+                    .invoke::<i64>(con)
+            })
+            .map_err(|e| self.tag(e).for_message(id))?;
+        Ok(due >= 0)
     }
 
     /// Offers many messages, each with its own delay; returns their ids in
@@ -324,125 +496,171 @@ impl<T: Codec> Queue<T> {
     ///
     /// Every payload and delay is checked before anything is sent. The
     /// messages are written in atomic chunks of up to 1,000 (one script call
-    /// each); if Redis fails midway, the chunks already written stay.
-    pub fn offer_batch(&self, messages: &[(T, Duration)]) -> Result<Vec<MessageId>, QueueError> {
+    /// each); if Redis fails midway, the chunks already written stay. For a
+    /// batch that can be retried safely, use
+    /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids).
+    pub fn offer_batch(&self, messages: &[(T, Duration)]) -> Result<Vec<MessageId>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
         for (payload, delay) in messages {
             let bytes = self.encode(payload)?;
             let ms = self.delay_ms(*delay)?;
-            encoded.push((ms, bytes));
+            encoded.push((new_message_id(), ms, bytes));
         }
-        self.offer_batch_raw("r", &encoded)
+        self.offer_batch_raw("r", &encoded)?;
+        Ok(encoded
+            .into_iter()
+            .map(|(id, _, _)| MessageId(id))
+            .collect())
     }
 
     /// As [`offer_batch`](Queue::offer_batch), each message due at a
     /// wall-clock time (as [`offer_at`](Queue::offer_at): past times are
     /// clamped to now).
-    pub fn offer_batch_at(
-        &self,
-        messages: &[(T, SystemTime)],
-    ) -> Result<Vec<MessageId>, QueueError> {
+    pub fn offer_batch_at(&self, messages: &[(T, SystemTime)]) -> Result<Vec<MessageId>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
         for (payload, at) in messages {
             let bytes = self.encode(payload)?;
-            encoded.push((epoch_ms(*at)?, bytes));
+            encoded.push((new_message_id(), epoch_ms(*at)?, bytes));
         }
-        self.offer_batch_raw("a", &encoded)
+        self.offer_batch_raw("a", &encoded)?;
+        Ok(encoded
+            .into_iter()
+            .map(|(id, _, _)| MessageId(id))
+            .collect())
+    }
+
+    /// The idempotent batch offer: each message under an id of the
+    /// caller's choosing, with its own delay. Returns, in order, whether
+    /// each was added (`false`: its id was already known to the queue, and
+    /// nothing changed for it), so a whole batch can be retried after an
+    /// error without duplicates. Checked and written as
+    /// [`offer_batch`](Queue::offer_batch).
+    pub fn offer_batch_with_ids(
+        &self,
+        messages: &[(MessageId, T, Duration)],
+    ) -> Result<Vec<bool>, Error> {
+        let mut encoded = Vec::with_capacity(messages.len());
+        for (id, payload, delay) in messages {
+            check_id(id).map_err(|e| self.tag(e))?;
+            let bytes = self.encode(payload)?;
+            let ms = self.delay_ms(*delay)?;
+            encoded.push((id.0.clone(), ms, bytes));
+        }
+        self.offer_batch_raw("r", &encoded)
     }
 
     fn offer_batch_raw(
         &self,
         mode: &str,
-        encoded: &[(u64, Cow<'_, [u8]>)],
-    ) -> Result<Vec<MessageId>, QueueError> {
-        let ids: Vec<String> = (0..encoded.len()).map(|_| new_message_id()).collect();
+        encoded: &[(String, u64, Cow<'_, [u8]>)],
+    ) -> Result<Vec<bool>, Error> {
         let keys = &self.state.keys;
-        for (chunk, chunk_ids) in encoded
-            .chunks(BATCH_OFFER_MAX)
-            .zip(ids.chunks(BATCH_OFFER_MAX))
-        {
+        let mut added = Vec::with_capacity(encoded.len());
+        for chunk in encoded.chunks(BATCH_OFFER_MAX) {
             let mut inv = scripts::OFFER_BATCH.prepare_invoke();
             inv.key(&keys.delayed)
                 .key(&keys.msg)
                 .key(&keys.wake)
                 .arg(mode);
-            for ((ms, bytes), id) in chunk.iter().zip(chunk_ids) {
+            for (id, ms, bytes) in chunk {
                 inv.arg(*ms).arg(id).arg(bytes.as_ref());
             }
-            self.rw.shared().with_conn(|con| inv.invoke::<i64>(con))?;
+            let flags: Vec<i64> = self
+                .rt()
+                .commands
+                .run(Access::Write, |con| inv.invoke(con))
+                .map_err(|e| self.tag(e))?;
+            added.extend(flags.into_iter().map(|f| f == 1));
         }
-        Ok(ids.into_iter().map(MessageId).collect())
+        Ok(added)
     }
 
-    /// Cancels a message by id. True if it was waiting (delayed, or due but
-    /// not yet taken) and will now never be delivered; false if it is
-    /// unknown, was already taken by a consumer, or already removed.
-    /// O(log n): a due id already on the ready list is not searched for;
-    /// its stored payload is deleted and `take` skips the id.
-    /// (Removing a parked dead letter deletes its payload but leaves its id
-    /// in `redwheel:{N}:dead`.)
-    pub fn remove(&self, id: &MessageId) -> Result<bool, QueueError> {
-        check_id(id)?;
+    /// Cancels a message by id. True if it was known to the queue
+    /// (delayed, due but not yet taken, or a dead letter) and is now gone
+    /// for good; false if it is unknown, was already taken by a consumer,
+    /// or already removed. O(log n): a due id already on the ready list is
+    /// not searched for; its stored payload is deleted and `take` skips the
+    /// id.
+    pub fn remove(&self, id: &MessageId) -> Result<bool, Error> {
+        check_id(id).map_err(|e| self.tag(e))?;
         let keys = &self.state.keys;
-        let n: i64 = self.rw.shared().with_conn(|con| {
-            scripts::REMOVE
-                .key(&keys.delayed)
-                .key(&keys.msg)
-                .arg(id.as_str())
-                .invoke(con)
-        })?;
+        let n: i64 = self
+            .rt()
+            .commands
+            .run(Access::Write, |con| {
+                scripts::REMOVE
+                    .key(&keys.delayed)
+                    .key(&keys.msg)
+                    .key(&keys.dead)
+                    .arg(id.as_str())
+                    .invoke(con)
+            })
+            .map_err(|e| self.tag(e).for_message(id.as_str()))?;
         Ok(n == 1)
     }
 
-    /// Messages waiting in the queue: delayed, or due and not yet taken.
-    pub fn len(&self) -> Result<u64, QueueError> {
+    /// Messages waiting in the queue: delayed, or due and not yet taken
+    /// (dead letters are not counted).
+    pub fn len(&self) -> Result<u64, Error> {
         let keys = &self.state.keys;
         let n: i64 = self
-            .rw
-            .shared()
-            .with_conn(|con| scripts::LEN.key(&keys.msg).key(&keys.dead).invoke(con))?;
+            .rt()
+            .commands
+            .run(Access::Read, |con| {
+                scripts::LEN.key(&keys.msg).key(&keys.dead).invoke(con)
+            })
+            .map_err(|e| self.tag(e))?;
         Ok(n.max(0) as u64)
     }
 
     /// True when no message is waiting.
-    pub fn is_empty(&self) -> Result<bool, QueueError> {
+    pub fn is_empty(&self) -> Result<bool, Error> {
         Ok(self.len()? == 0)
     }
 
     /// Messages not yet due (in the `delayed` sorted set).
-    pub fn delayed_len(&self) -> Result<u64, QueueError> {
+    pub fn delayed_len(&self) -> Result<u64, Error> {
         let key = &self.state.keys.delayed;
-        self.rw
-            .shared()
-            .with_conn(|con| redis::cmd("ZCARD").arg(key).query(con))
+        self.rt()
+            .commands
+            .run(Access::Read, |con| redis::cmd("ZCARD").arg(key).query(con))
+            .map_err(|e| self.tag(e))
     }
 
-    /// Ids parked as dead letters because they could not be decoded.
-    pub fn dead_letter_ids(&self, max: usize) -> Result<Vec<MessageId>, QueueError> {
-        let key = &self.state.keys.dead;
-        let stop = max as i64 - 1;
+    /// Ids parked as dead letters because they could not be decoded,
+    /// oldest first, at most `max`.
+    pub fn dead_letter_ids(&self, max: usize) -> Result<Vec<MessageId>, Error> {
         if max == 0 {
             return Ok(Vec::new());
         }
+        let key = &self.state.keys.dead;
+        let stop = i64::try_from(max).unwrap_or(i64::MAX) - 1;
         let ids: Vec<String> = self
-            .rw
-            .shared()
-            .with_conn(|con| redis::cmd("LRANGE").arg(key).arg(0).arg(stop).query(con))?;
+            .rt()
+            .commands
+            .run(Access::Read, |con| {
+                redis::cmd("ZRANGE").arg(key).arg(0).arg(stop).query(con)
+            })
+            .map_err(|e| self.tag(e))?;
         Ok(ids.into_iter().map(MessageId).collect())
     }
 
     /// Deletes every message of the queue (delayed, ready and dead
     /// letters); returns how many there were.
-    pub fn clear(&self) -> Result<u64, QueueError> {
+    pub fn clear(&self) -> Result<u64, Error> {
         let keys = &self.state.keys;
-        let n: i64 = self.rw.shared().with_conn(|con| {
-            scripts::CLEAR
-                .key(&keys.delayed)
-                .key(&keys.msg)
-                .key(&keys.ready)
-                .key(&keys.dead)
-                .invoke(con)
-        })?;
+        let n: i64 = self
+            .rt()
+            .commands
+            .run(Access::Write, |con| {
+                scripts::CLEAR
+                    .key(&keys.delayed)
+                    .key(&keys.msg)
+                    .key(&keys.ready)
+                    .key(&keys.dead)
+                    .invoke(con)
+            })
+            .map_err(|e| self.tag(e))?;
         Ok(n.max(0) as u64)
     }
 
@@ -450,67 +668,68 @@ impl<T: Codec> Queue<T> {
     /// here: it is gone from Redis when this returns).
     ///
     /// Blocks on the ready list (`BLMOVE`), so it wakes as soon as a message
-    /// lands there. While Redis is unreachable it keeps waiting, retrying
-    /// with backoff. Returns [`QueueError::Shutdown`] once the `Redwheel` is
-    /// shut down, and [`QueueError::Decode`] for a payload that cannot be
-    /// decoded (that message is parked as a dead letter, not lost).
-    pub fn take(&self) -> Result<Message<T>, QueueError> {
+    /// lands there. While Redis is unreachable it keeps waiting, retrying on
+    /// the reconnect backoff. Returns [`ErrorKind::Shutdown`] once the
+    /// `Redwheel` is shut down, and [`ErrorKind::Decode`] for a payload that
+    /// cannot be decoded (that message is parked as a dead letter, not
+    /// lost). [`ErrorKind::OutcomeUnknown`] means the connection failed
+    /// while a message may have been handed over: that message may be lost
+    /// (at-most-once).
+    pub fn take(&self) -> Result<Message<T>, Error> {
         match self.take_until(None)? {
             Some(m) => Ok(m),
-            None => unreachable_none(),
+            None => Err(self.tag(Error::new(ErrorKind::Protocol, "take returned no message"))),
         }
     }
 
     /// As [`take`](Queue::take), but gives up after `timeout`: `Ok(None)`
     /// when no message came. If Redis stayed unreachable until the timeout,
     /// the last connection error is returned instead.
-    pub fn poll(&self, timeout: Duration) -> Result<Option<Message<T>>, QueueError> {
-        let deadline = Instant::now().checked_add(timeout);
-        match deadline {
-            Some(d) => self.take_until(Some(d)),
-            None => self.take_until(None),
-        }
+    pub fn poll(&self, timeout: Duration) -> Result<Option<Message<T>>, Error> {
+        self.take_until(Instant::now().checked_add(timeout))
     }
 
-    fn take_until(&self, deadline: Option<Instant>) -> Result<Option<Message<T>>, QueueError> {
-        let shared = self.rw.shared();
-        let max_block = shared.options.max_block;
-        let mut backoff = Duration::from_millis(50);
+    fn take_until(&self, deadline: Option<Instant>) -> Result<Option<Message<T>>, Error> {
+        let rt = self.rt();
+        let max_block = rt.options.max_block;
+        let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
         loop {
-            if shared.is_shutdown() {
-                return Err(QueueError::Shutdown);
+            if rt.is_shut_down() {
+                return Err(self.tag(shut_down()));
             }
-            let mut con = match shared.blocking_conn() {
-                Ok(c) => c,
+            let mut con = match rt.blocking.get() {
+                Ok((c, _)) => c,
                 Err(e) if e.is_transient() => {
                     if !wait_backoff(deadline, &mut backoff) {
-                        return Err(e);
+                        return Err(self.tag(e));
                     }
                     continue;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.tag(e)),
             };
             match self.take_round(&mut con, deadline, max_block) {
-                Ok(Round::Got(raw)) => {
-                    shared.put_back_blocking(con);
+                Ok(Some(raw)) => {
+                    rt.blocking.put(con);
                     return self.decode(raw).map(Some);
                 }
-                Ok(Round::Empty) => {
-                    shared.put_back_blocking(con);
+                Ok(None) => {
+                    rt.blocking.put(con);
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Ok(None);
                     }
-                    backoff = Duration::from_millis(50);
+                    backoff.reset();
                 }
-                Err(e) if is_unavailable(&e) => {
+                Err(e) => {
                     drop(con);
-                    let e = QueueError::from(e);
+                    let e = self.tag(Error::from_redis(e, Access::Write));
+                    if e.is_outcome_unknown() || !e.is_transient() {
+                        return Err(e);
+                    }
                     tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "take: redis unavailable; retrying");
                     if !wait_backoff(deadline, &mut backoff) {
                         return Err(e);
                     }
                 }
-                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -520,23 +739,22 @@ impl<T: Codec> Queue<T> {
     /// once more.
     fn take_round(
         &self,
-        con: &mut Connection,
+        con: &mut Conn,
         deadline: Option<Instant>,
         max_block: Duration,
-    ) -> redis::RedisResult<Round> {
+    ) -> redis::RedisResult<Option<(String, Vec<u8>)>> {
         let keys = &self.state.keys;
-        let take = |con: &mut Connection| -> redis::RedisResult<Option<(String, Vec<u8>)>> {
-            scripts::TAKE.key(&keys.ready).key(&keys.msg).invoke(con)
-        };
-        if let Some(raw) = take(con)? {
-            return Ok(Round::Got(raw));
+        let taken: Option<(String, Vec<u8>)> =
+            scripts::TAKE.key(&keys.ready).key(&keys.msg).invoke(con)?;
+        if taken.is_some() {
+            return Ok(taken);
         }
         let block = match deadline {
             None => max_block,
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left < Duration::from_millis(1) {
-                    return Ok(Round::Empty);
+                    return Ok(None);
                 }
                 left.min(max_block)
             }
@@ -569,13 +787,10 @@ impl<T: Codec> Queue<T> {
             }
             other => other?,
         };
-        Ok(match reply.0 {
-            Some(raw) => Round::Got(raw),
-            None => Round::Empty,
-        })
+        Ok(reply.0)
     }
 
-    fn decode(&self, (id, value): (String, Vec<u8>)) -> Result<Message<T>, QueueError> {
+    fn decode(&self, (id, value): (String, Vec<u8>)) -> Result<Message<T>, Error> {
         let parsed = value.iter().position(|&b| b == b':').and_then(|i| {
             let due = std::str::from_utf8(&value[..i]).ok()?.parse::<u64>().ok()?;
             Some((due, &value[i + 1..]))
@@ -590,21 +805,26 @@ impl<T: Codec> Queue<T> {
                 payload,
                 due_ms,
             }),
-            Err(source) => {
-                self.park(&id, &value);
-                Err(QueueError::Decode {
-                    queue: self.state.name.clone(),
-                    id,
-                    source,
-                })
+            Err(cause) => {
+                let parked = self.park(&id, &value);
+                let what = if parked {
+                    "could not decode a message; it is kept as a dead letter"
+                } else {
+                    "could not decode a message, and parking it as a dead letter failed"
+                };
+                Err(self.tag(
+                    Error::new(ErrorKind::Decode, what)
+                        .with_cause(cause)
+                        .for_message(&id),
+                ))
             }
         }
     }
 
-    /// Puts an undecodable message back as a dead letter.
-    fn park(&self, id: &str, value: &[u8]) {
+    /// Puts an undecodable message back as a dead letter; true if it was.
+    fn park(&self, id: &str, value: &[u8]) -> bool {
         let keys = &self.state.keys;
-        let parked = self.rw.shared().with_conn(|con| {
+        let parked = self.rt().commands.run(Access::Write, |con| {
             scripts::PARK
                 .key(&keys.msg)
                 .key(&keys.dead)
@@ -613,35 +833,46 @@ impl<T: Codec> Queue<T> {
                 .invoke::<i64>(con)
         });
         match parked {
-            Ok(_) => tracing::warn!(
-                target: "redwheel::queue",
-                queue = %self.state.name,
-                id,
-                "a message could not be decoded; parked as a dead letter"
-            ),
-            Err(e) => tracing::error!(
-                target: "redwheel::queue",
-                queue = %self.state.name,
-                id,
-                error = %e,
-                "a message could not be decoded, and parking it failed: it is lost"
-            ),
+            Ok(_) => {
+                tracing::warn!(
+                    target: "redwheel::queue",
+                    queue = %self.state.name,
+                    id,
+                    "a message could not be decoded; parked as a dead letter"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::error!(
+                    target: "redwheel::queue",
+                    queue = %self.state.name,
+                    id,
+                    error = %e,
+                    "a message could not be decoded, and parking it failed: it is lost"
+                );
+                false
+            }
         }
     }
 
     /// Transfer script runs and messages moved by this process's transfer
-    /// task for this queue so far (diagnostics).
+    /// job for this queue so far (diagnostics).
     pub fn transfer_stats(&self) -> TransferStats {
         use std::sync::atomic::Ordering;
+        let rt = self.rt();
+        let next_wakeup = rt.driver.scheduled_at(&self.state.job_key).map(|at| {
+            let now = rt.local_now();
+            Instant::now() + at.saturating_sub(now)
+        });
         TransferStats {
             runs: self.state.runs.load(Ordering::Relaxed),
             moved: self.state.moved.load(Ordering::Relaxed),
-            next_wakeup: self.state.scheduled_at(),
+            next_wakeup,
         }
     }
 }
 
-/// What this process's transfer task did for one queue.
+/// What this process's transfer job did for one queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransferStats {
@@ -653,20 +884,10 @@ pub struct TransferStats {
     pub next_wakeup: Option<Instant>,
 }
 
-enum Round {
-    Got((String, Vec<u8>)),
-    Empty,
-}
-
-fn unreachable_none<M>() -> Result<M, QueueError> {
-    // `take_until(None)` never returns `Ok(None)`.
-    Err(QueueError::Protocol("take returned no message".to_owned()))
-}
-
-/// Sleeps for the backoff (not past `deadline`) and doubles it; false if
-/// the deadline has passed.
-fn wait_backoff(deadline: Option<Instant>, backoff: &mut Duration) -> bool {
-    let mut wait = *backoff;
+/// Sleeps for the backoff's next wait (not past `deadline`); false if the
+/// deadline has passed.
+fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff) -> bool {
+    let mut wait = backoff.step();
     if let Some(d) = deadline {
         let left = d.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -675,7 +896,6 @@ fn wait_backoff(deadline: Option<Instant>, backoff: &mut Duration) -> bool {
         wait = wait.min(left);
     }
     std::thread::sleep(wait);
-    *backoff = (*backoff * 2).min(Duration::from_secs(1));
     true
 }
 
@@ -684,7 +904,7 @@ fn is_noscript(e: &redis::RedisError) -> bool {
     e.code() == Some("NOSCRIPT") || e.to_string().contains("NOSCRIPT")
 }
 
-fn check_id(id: &MessageId) -> Result<(), QueueError> {
+fn check_id(id: &MessageId) -> Result<(), Error> {
     let reason = if id.0.is_empty() {
         "must not be empty"
     } else if id.0.len() > MAX_ID_LEN {
@@ -692,8 +912,8 @@ fn check_id(id: &MessageId) -> Result<(), QueueError> {
     } else {
         return Ok(());
     };
-    Err(QueueError::InvalidId {
-        id: id.0.clone(),
-        reason,
-    })
+    Err(Error::new(
+        ErrorKind::InvalidId,
+        format!("invalid message id {:?}: {reason}", id.0),
+    ))
 }

@@ -1,15 +1,12 @@
-//! Per-queue state shared by handles, the transfer thread, the subscriber
-//! thread and wheel timeouts; queue names, keys and message ids.
+//! Per-queue state shared by handles and the queue's transfer job; queue
+//! names, keys and message ids.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
-use crossbeam_channel::Sender;
-use parking_lot::Mutex;
-
-use crate::error::QueueError;
-use crate::timer::{HashedWheelTimer, Timeout};
+use crate::error::{Error, ErrorKind};
+use crate::runtime::{Commands, Job, Next};
+use crate::scripts;
 
 /// Longest queue name, in bytes.
 pub const MAX_NAME_LEN: usize = 200;
@@ -20,7 +17,7 @@ pub const MAX_ID_LEN: usize = 128;
 
 /// Checks a queue name: non-empty, at most [`MAX_NAME_LEN`] bytes, no `{`
 /// or `}` (they would break the `{hash tag}`), no control characters.
-pub(crate) fn validate_name(name: &str) -> Result<(), QueueError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
     let reason = if name.is_empty() {
         "must not be empty"
     } else if name.len() > MAX_NAME_LEN {
@@ -32,10 +29,10 @@ pub(crate) fn validate_name(name: &str) -> Result<(), QueueError> {
     } else {
         return Ok(());
     };
-    Err(QueueError::InvalidName {
-        name: name.to_owned(),
-        reason,
-    })
+    Err(Error::new(
+        ErrorKind::InvalidName,
+        format!("invalid queue name {name:?}: {reason}"),
+    ))
 }
 
 /// The Redis keys of one queue; all share the hash tag `{N}`.
@@ -61,119 +58,102 @@ impl Keys {
     }
 }
 
-/// What the transfer thread is asked to do.
-pub(crate) enum Cmd {
-    /// Run this queue's transfer script now.
-    Transfer(Arc<QueueState>),
-    /// Look at the shutdown flag and the queue registry again.
-    Wake,
-}
-
-/// The wheel timeout that will next run a queue's transfer.
-struct Scheduled {
-    at: Instant,
-    timeout: Timeout,
-}
-
-/// One open queue, as the background threads see it.
+/// One open queue, as its handles and its transfer job see it.
 pub(crate) struct QueueState {
     pub name: String,
     pub keys: Keys,
-    pub batch: usize,
-    pub guard: Duration,
-    /// A `Cmd::Transfer` for this queue is in the channel (coalescing).
-    requested: AtomicBool,
-    /// The pending wheel timeout, replaced only by an earlier one.
-    scheduled: Mutex<Option<Scheduled>>,
-    /// When the guard sweep runs next (touched by the transfer thread).
-    pub next_sweep: Mutex<Instant>,
+    /// The driver's key for this queue's transfer job.
+    pub job_key: String,
     /// Transfers run, messages moved (for tests and metrics).
     pub runs: AtomicU64,
     pub moved: AtomicU64,
 }
 
 impl QueueState {
-    pub(crate) fn new(name: &str, batch: usize, guard: Duration) -> QueueState {
+    pub(crate) fn new(name: &str) -> QueueState {
+        let keys = Keys::new(name);
         QueueState {
             name: name.to_owned(),
-            keys: Keys::new(name),
-            batch,
-            guard,
-            requested: AtomicBool::new(false),
-            scheduled: Mutex::new(None),
-            next_sweep: Mutex::new(Instant::now() + guard),
+            job_key: keys.delayed.clone(),
+            keys,
             runs: AtomicU64::new(0),
             moved: AtomicU64::new(0),
         }
     }
+}
 
-    /// Asks the transfer thread to run this queue's transfer; coalesced:
-    /// at most one request is in the channel at a time. Cheap enough for
-    /// the wheel thread (an atomic swap and a channel send).
-    pub(crate) fn request(self: &Arc<Self>, tx: &Sender<Cmd>) {
-        if !self.requested.swap(true, Ordering::AcqRel) {
-            let _ = tx.send(Cmd::Transfer(Arc::clone(self)));
+/// A queue's due work: `transfer.lua`, which moves up to a batch of due
+/// ids to the ready list and says when the next one falls due.
+pub(crate) struct TransferJob {
+    state: Arc<QueueState>,
+    batch: usize,
+    route: Arc<str>,
+    /// `EVALSHA <transfer> 2 <delayed> <ready> <batch>`, packed once.
+    packed: Vec<u8>,
+}
+
+impl TransferJob {
+    pub(crate) fn new(state: Arc<QueueState>, batch: usize) -> TransferJob {
+        let packed = redis::cmd("EVALSHA")
+            .arg(scripts::TRANSFER.get_hash())
+            .arg(2)
+            .arg(&state.keys.delayed)
+            .arg(&state.keys.ready)
+            .arg(batch)
+            .get_packed_command();
+        TransferJob {
+            route: Arc::from(state.keys.delayed.as_str()),
+            state,
+            batch,
+            packed,
         }
     }
+}
 
-    /// Called by the transfer thread as it starts a run: requests made from
-    /// now on queue another run.
-    pub(crate) fn begin_run(&self) {
-        self.requested.store(false, Ordering::Release);
+impl Job for TransferJob {
+    fn describe(&self) -> String {
+        format!("transfer of queue {:?}", self.state.name)
     }
 
-    /// Makes sure a transfer runs at `at` (local monotonic time). An
-    /// already pending timeout at or before `at` is kept (an earlier head
-    /// is never pushed back by a later one: DQ-W05); a later one is
-    /// cancelled and replaced.
-    pub(crate) fn schedule(
-        self: &Arc<Self>,
-        at: Instant,
-        timer: &HashedWheelTimer,
-        tx: &Sender<Cmd>,
-    ) {
-        let now = Instant::now();
-        let mut slot = self.scheduled.lock();
-        if let Some(s) = slot.as_ref() {
-            let live = !s.timeout.is_expired() && !s.timeout.is_cancelled();
-            if live && s.at <= at {
-                return;
+    fn commands(&self, out: &mut Commands) {
+        out.push(&self.route, &self.packed);
+    }
+
+    fn scripts(&self) -> &[&'static redis::Script] {
+        static SCRIPTS: LazyLock<[&'static redis::Script; 1]> =
+            LazyLock::new(|| [&*scripts::TRANSFER]);
+        &*SCRIPTS
+    }
+
+    fn on_reply(&self, replies: &[redis::Value]) -> Result<Next, Error> {
+        let reply = replies.first().cloned().unwrap_or(redis::Value::Nil);
+        let (moved, next_due, server_now, now_us): (u64, i64, i64, i64) =
+            redis::from_redis_value(reply).map_err(|e| {
+                Error::new(ErrorKind::Protocol, "unexpected reply to transfer.lua")
+                    .with_cause(e)
+                    .in_queue(&self.state.name)
+            })?;
+        self.state.runs.fetch_add(1, Ordering::Relaxed);
+        self.state.moved.fetch_add(moved, Ordering::Relaxed);
+        tracing::trace!(
+            target: "redwheel::queue",
+            queue = %self.state.name,
+            moved,
+            next_due_ms = next_due,
+            "transfer"
+        );
+        Ok(if moved as usize >= self.batch {
+            // A full batch: more may be due. The driver runs it again in its
+            // next round, beside whatever else fell due.
+            Next::Again
+        } else if next_due >= 0 {
+            Next::At {
+                due_ms: next_due,
+                server_now_us: Some(server_now.saturating_mul(1_000).saturating_add(now_us)),
             }
-            s.timeout.cancel();
-        }
-        *slot = None;
-        if at <= now {
-            drop(slot);
-            self.request(tx);
-            return;
-        }
-        let me = Arc::clone(self);
-        let tx = tx.clone();
-        match timer.new_timeout(at - now, move |_: &Timeout| me.request(&tx)) {
-            Ok(timeout) => *slot = Some(Scheduled { at, timeout }),
-            Err(e) => tracing::warn!(
-                target: "redwheel::queue",
-                queue = %self.name,
-                error = %e,
-                "could not schedule a transfer on the wheel; the guard sweep will run it"
-            ),
-        }
-    }
-
-    /// Cancels the pending timeout (shutdown).
-    pub(crate) fn unschedule(&self) {
-        if let Some(s) = self.scheduled.lock().take() {
-            s.timeout.cancel();
-        }
-    }
-
-    /// The instant of the pending wheel timeout, if any (tests, debugging).
-    pub(crate) fn scheduled_at(&self) -> Option<Instant> {
-        self.scheduled
-            .lock()
-            .as_ref()
-            .filter(|s| !s.timeout.is_expired() && !s.timeout.is_cancelled())
-            .map(|s| s.at)
+        } else {
+            Next::Idle
+        })
     }
 }
 
@@ -246,51 +226,6 @@ mod tests {
         assert_eq!(k.msg, "redwheel:{orders}:msg");
         assert_eq!(k.ready, "redwheel:{orders}:ready");
         assert_eq!(k.wake, "redwheel:{orders}:wake");
-    }
-
-    #[test]
-    fn a_pending_wakeup_is_replaced_only_by_an_earlier_one() {
-        let timer = HashedWheelTimer::builder()
-            .tick_duration(Duration::from_millis(1))
-            .build()
-            .unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let q = Arc::new(QueueState::new("w05", 100, Duration::from_secs(1)));
-        let now = Instant::now();
-        let early = now + Duration::from_secs(10);
-        q.schedule(early, &timer, &tx);
-        assert_eq!(q.scheduled_at(), Some(early));
-        // A later head (e.g. a stale transfer reply) never pushes it back.
-        q.schedule(now + Duration::from_secs(20), &timer, &tx);
-        assert_eq!(q.scheduled_at(), Some(early));
-        // An earlier head replaces it, and the replaced timeout is cancelled.
-        let earlier = now + Duration::from_millis(30);
-        q.schedule(earlier, &timer, &tx);
-        assert_eq!(q.scheduled_at(), Some(earlier));
-        // It fires once, as one coalesced transfer request.
-        match rx.recv_timeout(Duration::from_secs(30)).unwrap() {
-            Cmd::Transfer(s) => assert_eq!(s.name, "w05"),
-            Cmd::Wake => panic!("unexpected wake"),
-        }
-        assert_eq!(
-            timer.stop().unwrap().len(),
-            0,
-            "the replaced timeout was cancelled"
-        );
-        assert!(rx.try_recv().is_err());
-    }
-
-    #[test]
-    fn transfer_requests_are_coalesced() {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let q = Arc::new(QueueState::new("c", 100, Duration::from_secs(1)));
-        q.request(&tx);
-        q.request(&tx);
-        assert_eq!(rx.len(), 1);
-        let _ = rx.try_recv();
-        q.begin_run();
-        q.request(&tx);
-        assert_eq!(rx.len(), 1, "a request during a run queues one more run");
     }
 
     #[test]

@@ -1,0 +1,977 @@
+//! The driver: the one place where Redis deadlines become wheel timeouts.
+//!
+//! Higher layers register **due work**: a key, a first deadline, and a
+//! [`Job`] that sends one round of commands and reads their replies into
+//! its [`Next`] deadline. The driver thread runs jobs when they fall due;
+//! everything about *when* lives here:
+//!
+//! * **One wheel timeout per key**, replaced only by an earlier deadline
+//!   ([`Driver::announce`]): a stale, later deadline (a reply that crossed
+//!   an announcement on the wire) never pushes an earlier one back.
+//! * **Rounds**: every job due at once (in the same wheel tick, or queued
+//!   while the previous round was on the wire) runs in one round, one
+//!   pipelined round trip per connection, not one round trip per job. The
+//!   wheel's executor ([`Executor::end_of_tick`]) wakes the driver once per
+//!   tick, after the tick's last timeout, so a tick's jobs are never split.
+//! * **Fairness**: a job that reports more work waiting ([`Next::Again`],
+//!   a full batch) goes to the back of the line: it runs again in the next
+//!   round, beside whatever fell due meanwhile, so one key's burst cannot
+//!   delay another key's deadline by more than one round.
+//! * **Guard sweeps**: each key may join a guard group (its interval); one
+//!   recurring wheel timeout per interval queues every key of the group, so
+//!   a lost wake-up or a dead process never strands work for longer than
+//!   the interval, at one pipelined round trip per connection per interval.
+//! * **Retries**: a job that fails runs again after a capped exponential
+//!   backoff (logged with `tracing`); a round whose connection failed is
+//!   retried after the reconnect backoff, and after a reconnect every job
+//!   runs at once (Redis may have restarted without the state we saw).
+//! * **Shutdown**: stops after the round in flight; waits are bounded.
+//!
+//! # Ground rules
+//!
+//! * The state (`State`) is one mutex, never held across Redis I/O. Wheel
+//!   tasks take it briefly to queue a key; the driver thread takes it to
+//!   take a round and to apply its outcomes.
+//! * A key is in `State::due` at most once (`Entry::queued`).
+//! * `Entry::timeout` is the key's one live wheel timeout, if any.
+//! * Local times are readings of the wheel's clock, so a manual clock
+//!   drives the driver in tests exactly as the real one does in production.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use redis::{Script, Value};
+
+use super::backoff::Backoff;
+use super::server_clock::{ClockSample, MAX_AHEAD, ServerClock};
+use crate::error::{Access, Error, ErrorKind};
+use crate::timer::{Clock, Executor, HashedWheelTimer, Job as WheelJob, Timeout};
+
+/// One unit of due work: a round of commands and what to make of their
+/// replies.
+pub(crate) trait Job: Send + Sync + 'static {
+    /// A short description for logs ("transfer of orders").
+    fn describe(&self) -> String;
+    /// Appends this job's commands (usually one) to the round.
+    fn commands(&self, out: &mut Commands);
+    /// The scripts its commands run by `EVALSHA`, loaded after `NOSCRIPT`.
+    fn scripts(&self) -> &[&'static Script] {
+        &[]
+    }
+    /// Reads the replies to its commands (none is an error reply) and says
+    /// when to run next.
+    fn on_reply(&self, replies: &[Value]) -> Result<Next, Error>;
+}
+
+/// When a job wants to run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// At `due_ms` on the server's clock (epoch ms). When the reply carries
+    /// the server's clock at the time it was judged (`server_now_us`, epoch
+    /// µs), the wait is measured from the reply's arrival, with no offset
+    /// estimate involved, and never ends early.
+    At {
+        /// Server epoch ms.
+        due_ms: i64,
+        /// The server's `TIME` in that round, epoch µs.
+        server_now_us: Option<i64>,
+    },
+    /// After this long, on the local clock.
+    #[cfg_attr(not(test), allow(dead_code))] // lock renewal
+    After(Duration),
+    /// At once: more work is waiting (a full batch). Runs in the next round.
+    Again,
+    /// Nothing to schedule: the next announcement or guard sweep runs it.
+    Idle,
+}
+
+/// A first deadline, or an announced one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// In the next round.
+    Now,
+    /// At this server time (epoch ms), by the offset estimate.
+    ServerMs(i64),
+    /// After this long on the local clock.
+    #[cfg_attr(not(test), allow(dead_code))] // lock renewal
+    After(Duration),
+}
+
+/// The commands of one round, packed back to back, each with the key that
+/// routes it (a cluster sends it to the node owning that key's slot).
+#[derive(Default)]
+pub(crate) struct Commands {
+    buf: Vec<u8>,
+    routes: Vec<Arc<str>>,
+}
+
+impl Commands {
+    /// Appends one packed command routed by `route`.
+    pub(crate) fn push(&mut self, route: &Arc<str>, packed: &[u8]) {
+        self.buf.extend_from_slice(packed);
+        self.routes.push(Arc::clone(route));
+    }
+
+    /// The packed bytes of every command.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The number of commands.
+    pub(crate) fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// The routing key of each command, in order.
+    #[allow(dead_code)] // read by a cluster transport
+    pub(crate) fn routes(&self) -> &[Arc<str>] {
+        &self.routes
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.routes.clear();
+    }
+}
+
+/// What carries a round to Redis and back.
+pub(crate) trait Transport: Send + 'static {
+    /// Sends every command and returns one reply per command, in order:
+    /// one pipelined round trip per connection. `Err` when the round as a
+    /// whole failed (no connection, or it broke); an error reply of one
+    /// command is a [`Value::ServerError`] in its place.
+    fn round_trip(&mut self, commands: &Commands) -> Result<Vec<Value>, Error>;
+    /// Loads `script` (after a `NOSCRIPT` reply).
+    fn load_script(&mut self, script: &Script) -> Result<(), Error>;
+    /// How many connections were established so far (the driver re-runs
+    /// every job when this grows past 1: a reconnect).
+    fn connects(&self) -> u64;
+    /// Measures the server's clock, if connected.
+    fn measure_clock(&mut self, now: &dyn Fn() -> Duration) -> Option<ClockSample>;
+}
+
+/// The driver's settings.
+#[derive(Debug, Clone)]
+pub(crate) struct DriverConfig {
+    /// Backoff of a job whose commands failed: first wait.
+    pub job_backoff_min: Duration,
+    /// Backoff of a job whose commands failed: longest wait.
+    pub job_backoff_max: Duration,
+    /// Backoff of rounds while Redis is unreachable: first wait.
+    pub reconnect_min: Duration,
+    /// Backoff of rounds while Redis is unreachable: longest wait.
+    pub reconnect_max: Duration,
+    /// How often the server clock estimate is refreshed (`None`: never).
+    pub clock_refresh: Option<Duration>,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            job_backoff_min: Duration::from_millis(100),
+            job_backoff_max: Duration::from_secs(5),
+            reconnect_min: Duration::from_millis(10),
+            reconnect_max: Duration::from_millis(50),
+            clock_refresh: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// Most jobs in one round.
+pub(crate) const MAX_ROUND: usize = 16_384;
+
+/// Counters of what the driver did (diagnostics, benchmarks, tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Rounds sent (round trips, when connected to one server).
+    pub rounds: u64,
+    /// Commands sent in those rounds.
+    pub commands: u64,
+    /// Rounds that failed as a whole (connection errors).
+    pub failed_rounds: u64,
+    /// Jobs whose commands failed.
+    pub job_failures: u64,
+    /// Reconnects after which every job was run again.
+    pub reconnects: u64,
+}
+
+/// The registered due work and the thread that runs it.
+pub(crate) struct Driver {
+    shared: Arc<DriverShared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    done: Receiver<()>,
+}
+
+impl fmt::Debug for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("keys", &self.shared.state.lock().entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct DriverShared {
+    /// Itself, for the wheel tasks (weak: the wheel must not keep the
+    /// driver alive).
+    me: Weak<DriverShared>,
+    timer: HashedWheelTimer,
+    server_clock: Arc<ServerClock>,
+    state: Mutex<State>,
+    notifier: Notifier,
+    stopping: AtomicBool,
+    clock_due: AtomicBool,
+    stats: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    rounds: AtomicU64,
+    commands: AtomicU64,
+    failed_rounds: AtomicU64,
+    job_failures: AtomicU64,
+    reconnects: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<Arc<str>, Entry>,
+    due: VecDeque<Arc<str>>,
+    guards: HashMap<Duration, Guard>,
+    next_epoch: u64,
+}
+
+struct Entry {
+    job: Arc<dyn Job>,
+    epoch: u64,
+    timeout: Option<Armed>,
+    queued: bool,
+    failures: u32,
+    guard: Option<Duration>,
+}
+
+struct Armed {
+    at: Duration,
+    timeout: Timeout,
+}
+
+#[derive(Default)]
+struct Guard {
+    keys: HashSet<Arc<str>>,
+    timeout: Option<Timeout>,
+}
+
+enum Msg {
+    Ready,
+    Barrier(Sender<()>),
+    Stop,
+}
+
+/// Wakes the driver thread, at most one message in flight.
+#[derive(Clone)]
+struct Notifier {
+    tx: Sender<Msg>,
+    notified: Arc<AtomicBool>,
+}
+
+impl Notifier {
+    fn notify(&self) {
+        if !self.notified.swap(true, Ordering::AcqRel) {
+            let _ = self.tx.send(Msg::Ready);
+        }
+    }
+}
+
+/// The wheel's executor: runs each expired task at once (it only queues a
+/// key, under a short lock) and wakes the driver once per tick.
+struct TickBatcher(Notifier);
+
+impl Executor for TickBatcher {
+    fn execute(&self, job: WheelJob) -> Result<(), WheelJob> {
+        job.run();
+        Ok(())
+    }
+
+    fn end_of_tick(&self) {
+        self.0.notify();
+    }
+}
+
+impl Driver {
+    /// Starts the driver thread (named `thread_name`) on a new 1 ms wheel
+    /// driven by `clock`, sending rounds through `transport`.
+    pub(crate) fn start(
+        config: DriverConfig,
+        transport: impl Transport,
+        clock: impl Clock,
+        server_clock: Arc<ServerClock>,
+        thread_name: &str,
+    ) -> Result<Driver, Error> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let notifier = Notifier {
+            tx,
+            notified: Arc::new(AtomicBool::new(false)),
+        };
+        let timer = HashedWheelTimer::builder()
+            .tick_duration(Duration::from_millis(1))
+            .ticks_per_wheel(512)
+            .thread_name(format!("{thread_name}-wheel"))
+            .clock(clock)
+            .executor(TickBatcher(notifier.clone()))
+            .build()?;
+        timer.start()?;
+        let shared = Arc::new_cyclic(|me| DriverShared {
+            me: Weak::clone(me),
+            timer,
+            server_clock,
+            state: Mutex::new(State::default()),
+            notifier,
+            stopping: AtomicBool::new(false),
+            clock_due: AtomicBool::new(false),
+            stats: Counters::default(),
+        });
+        if let Some(every) = config.clock_refresh {
+            arm_clock_refresh(&shared, every);
+        }
+        let (done_tx, done) = crossbeam_channel::bounded(1);
+        let s = Arc::clone(&shared);
+        let thread = thread::Builder::new()
+            .name(thread_name.to_owned())
+            .spawn(move || {
+                let mut runner = Runner {
+                    shared: s,
+                    transport,
+                    rx,
+                    reconnect: Backoff::new(config.reconnect_min, config.reconnect_max),
+                    config,
+                    seen_connects: 0,
+                    commands: Commands::default(),
+                    unavailable_since: None,
+                };
+                runner.run();
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| {
+                Error::new(ErrorKind::Spawn, "could not start the driver thread").with_cause(e)
+            })?;
+        Ok(Driver {
+            shared,
+            thread: Mutex::new(Some(thread)),
+            done,
+        })
+    }
+
+    /// The local clock (the wheel's).
+    pub(crate) fn now(&self) -> Duration {
+        self.shared.timer.now()
+    }
+
+    /// Registers `job` under `key`, first due at `first`, and in the guard
+    /// group of `guard` if given. False (and nothing changes) if `key` is
+    /// registered already.
+    pub(crate) fn register(
+        &self,
+        key: &str,
+        job: Arc<dyn Job>,
+        first: Deadline,
+        guard: Option<Duration>,
+    ) -> bool {
+        let key: Arc<str> = Arc::from(key);
+        let mut st = self.shared.state.lock();
+        if st.entries.contains_key(&key) {
+            return false;
+        }
+        st.next_epoch += 1;
+        let epoch = st.next_epoch;
+        st.entries.insert(
+            Arc::clone(&key),
+            Entry {
+                job,
+                epoch,
+                timeout: None,
+                queued: false,
+                failures: 0,
+                guard,
+            },
+        );
+        if let Some(every) = guard {
+            let group = st.guards.entry(every).or_default();
+            group.keys.insert(Arc::clone(&key));
+            if group.timeout.is_none() {
+                group.timeout = arm_guard(&self.shared, every);
+            }
+        }
+        let now = self.now();
+        let notify = self.shared.deadline(&mut st, &key, first, now);
+        drop(st);
+        if notify {
+            self.shared.notifier.notify();
+        }
+        true
+    }
+
+    /// Forgets `key`: its timeout is cancelled, it leaves its guard group,
+    /// and a round in flight that includes it has no effect on it. A later
+    /// `register` of the same key starts afresh.
+    #[allow(dead_code)] // used by locks and reliable consumers
+    pub(crate) fn unregister(&self, key: &str) {
+        let mut st = self.shared.state.lock();
+        let Some(entry) = st.entries.remove(key) else {
+            return;
+        };
+        if let Some(a) = entry.timeout {
+            a.timeout.cancel();
+        }
+        if let Some(every) = entry.guard
+            && let Some(group) = st.guards.get_mut(&every)
+        {
+            group.keys.remove(key);
+            if group.keys.is_empty() {
+                if let Some(t) = group.timeout.take() {
+                    t.cancel();
+                }
+                st.guards.remove(&every);
+            }
+        }
+        // Left in `due` if queued: the round skips keys it cannot find.
+    }
+
+    /// Makes sure `key` runs by `at`: an earlier deadline than the pending
+    /// one replaces it, a later one changes nothing.
+    pub(crate) fn announce(&self, key: &str, at: Deadline) {
+        let now = self.now();
+        let mut st = self.shared.state.lock();
+        let Some((key, _)) = st.entries.get_key_value(key) else {
+            return;
+        };
+        let key = Arc::clone(key);
+        let notify = self.shared.deadline(&mut st, &key, at, now);
+        drop(st);
+        if notify {
+            self.shared.notifier.notify();
+        }
+    }
+
+    /// Runs every registered job in the next round.
+    #[cfg_attr(not(test), allow(dead_code))] // cluster topology changes
+    pub(crate) fn run_all(&self) {
+        self.shared.queue_all();
+        self.shared.notifier.notify();
+    }
+
+    /// What the driver did so far.
+    pub(crate) fn stats(&self) -> DriverStats {
+        let c = &self.shared.stats;
+        DriverStats {
+            rounds: c.rounds.load(Ordering::Relaxed),
+            commands: c.commands.load(Ordering::Relaxed),
+            failed_rounds: c.failed_rounds.load(Ordering::Relaxed),
+            job_failures: c.job_failures.load(Ordering::Relaxed),
+            reconnects: c.reconnects.load(Ordering::Relaxed),
+        }
+    }
+
+    /// When `key`'s wheel timeout fires, on the local clock, if one is
+    /// pending.
+    pub(crate) fn scheduled_at(&self, key: &str) -> Option<Duration> {
+        let st = self.shared.state.lock();
+        st.entries.get(key)?.timeout.as_ref().map(|a| a.at)
+    }
+
+    /// Waits until the driver has finished the round that follows this
+    /// call (or found nothing to do): whatever was due when it was called
+    /// has run.
+    #[allow(dead_code)] // tests
+    pub(crate) fn settle(&self) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.shared.notifier.tx.send(Msg::Barrier(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+
+    /// Stops the wheel and the driver thread, waiting until `deadline` for
+    /// the thread (busy with a round) to end. Registered work stays in
+    /// Redis; nothing more runs here.
+    pub(crate) fn shutdown(&self, deadline: Instant) -> Result<(), Error> {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        let _ = self.shared.notifier.tx.send(Msg::Stop);
+        if let Err(e) = self.shared.timer.stop() {
+            tracing::warn!(target: "redwheel::runtime", error = %e, "could not stop the driver's wheel");
+        }
+        let Some(handle) = self.thread.lock().take() else {
+            return Ok(());
+        };
+        match self.done.recv_deadline(deadline) {
+            Ok(()) => {
+                let _ = handle.join();
+                Ok(())
+            }
+            Err(_) => {
+                // Still on the wire; it ends on its own after its I/O
+                // timeout.
+                Err(Error::new(
+                    ErrorKind::ShutdownTimeout,
+                    "shutdown timed out; the driver thread is still running a round",
+                ))
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        let _ = self.shared.notifier.tx.send(Msg::Stop);
+        let _ = self.shared.timer.stop();
+    }
+}
+
+impl DriverShared {
+    /// Applies deadline `at` to `key` (which exists). True when the key was
+    /// queued and the driver must be woken.
+    fn deadline(&self, st: &mut State, key: &Arc<str>, at: Deadline, now: Duration) -> bool {
+        let local = match at {
+            Deadline::Now => None,
+            Deadline::After(d) => Some(now.saturating_add(d)),
+            // No estimate yet: run it and let its reply schedule it.
+            Deadline::ServerMs(ms) => self.server_clock.to_local(ms, now),
+        };
+        match local {
+            Some(t) if t > now => {
+                self.arm_earlier(st, key, t, now);
+                false
+            }
+            _ => queue(st, key),
+        }
+    }
+
+    /// Makes sure `key`'s wheel timeout fires at `at` or earlier.
+    fn arm_earlier(&self, st: &mut State, key: &Arc<str>, at: Duration, now: Duration) {
+        let Some(entry) = st.entries.get_mut(key) else {
+            return;
+        };
+        if let Some(a) = &entry.timeout {
+            if a.at <= at {
+                return;
+            }
+            a.timeout.cancel();
+        }
+        entry.timeout = None;
+        // Never zero: a job that keeps asking for "now" through a deadline
+        // runs once per tick at most, never in a busy loop.
+        let delay = at.saturating_sub(now).max(Duration::from_micros(1));
+        let epoch = entry.epoch;
+        let weak = Weak::clone(&self.me);
+        let k = Arc::clone(key);
+        match self
+            .timer
+            .new_timeout(delay, move |t: &Timeout| fire_key(&weak, &k, epoch, t))
+        {
+            Ok(timeout) => {
+                if let Some(entry) = st.entries.get_mut(key) {
+                    entry.timeout = Some(Armed { at, timeout });
+                }
+            }
+            Err(e) => {
+                if !self.stopping.load(Ordering::Relaxed) {
+                    tracing::warn!(
+                        target: "redwheel::runtime",
+                        key = %key,
+                        error = %e,
+                        "could not schedule due work on the wheel; the guard sweep will run it"
+                    );
+                }
+            }
+        }
+    }
+
+    fn queue_all(&self) {
+        let mut st = self.state.lock();
+        let keys: Vec<Arc<str>> = st.entries.keys().cloned().collect();
+        for k in &keys {
+            queue(&mut st, k);
+        }
+    }
+}
+
+/// Puts `key` in the next round unless it is there already. True if it
+/// was added.
+fn queue(st: &mut State, key: &Arc<str>) -> bool {
+    match st.entries.get_mut(key) {
+        Some(entry) if !entry.queued => {
+            entry.queued = true;
+            st.due.push_back(Arc::clone(key));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A key's wheel timeout fired (on the wheel thread; the executor wakes the
+/// driver at the end of the tick).
+fn fire_key(weak: &Weak<DriverShared>, key: &Arc<str>, epoch: u64, t: &Timeout) {
+    let Some(shared) = weak.upgrade() else { return };
+    let mut st = shared.state.lock();
+    let Some(entry) = st.entries.get_mut(key) else {
+        return;
+    };
+    if entry.epoch != epoch {
+        return;
+    }
+    if entry.timeout.as_ref().is_some_and(|a| a.timeout.ptr_eq(t)) {
+        entry.timeout = None;
+    }
+    queue(&mut st, key);
+}
+
+/// Arms the recurring guard sweep of interval `every`.
+fn arm_guard(shared: &Arc<DriverShared>, every: Duration) -> Option<Timeout> {
+    let weak = Arc::downgrade(shared);
+    shared
+        .timer
+        .new_timeout(every, move |_: &Timeout| {
+            let Some(shared) = weak.upgrade() else { return };
+            let mut st = shared.state.lock();
+            let keys: Vec<Arc<str>> = match st.guards.get(&every) {
+                Some(g) => g.keys.iter().cloned().collect(),
+                None => return,
+            };
+            for k in &keys {
+                queue(&mut st, k);
+            }
+            let next = arm_guard(&shared, every);
+            if let Some(g) = st.guards.get_mut(&every) {
+                g.timeout = next;
+            }
+        })
+        .ok()
+}
+
+/// Arms the recurring clock refresh.
+fn arm_clock_refresh(shared: &Arc<DriverShared>, every: Duration) {
+    let weak = Arc::downgrade(shared);
+    let _ = shared.timer.new_timeout(every, move |_: &Timeout| {
+        let Some(shared) = weak.upgrade() else { return };
+        shared.clock_due.store(true, Ordering::Release);
+        shared.notifier.notify();
+        arm_clock_refresh(&shared, every);
+    });
+}
+
+/// The driver thread's state.
+struct Runner<T: Transport> {
+    shared: Arc<DriverShared>,
+    transport: T,
+    rx: Receiver<Msg>,
+    config: DriverConfig,
+    reconnect: Backoff,
+    seen_connects: u64,
+    commands: Commands,
+    /// When the current outage began (for one log line per outage).
+    unavailable_since: Option<Duration>,
+}
+
+/// One job of a round: its key and registration, and where its commands
+/// sit among the round's.
+struct Slot {
+    key: Arc<str>,
+    epoch: u64,
+    job: Arc<dyn Job>,
+    first: usize,
+    count: usize,
+}
+
+impl<T: Transport> Runner<T> {
+    fn run(&mut self) {
+        let mut barriers: Vec<Sender<()>> = Vec::new();
+        loop {
+            // Wait for work unless some is queued already.
+            let idle = {
+                let st = self.shared.state.lock();
+                st.due.is_empty()
+            } && !self.shared.clock_due.load(Ordering::Acquire);
+            if idle && barriers.is_empty() {
+                match self.rx.recv() {
+                    Ok(msg) => {
+                        if self.handle(msg, &mut barriers) {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let mut stop = false;
+            while let Ok(msg) = self.rx.try_recv() {
+                stop |= self.handle(msg, &mut barriers);
+            }
+            if stop || self.shared.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            self.shared
+                .notifier
+                .notified
+                .store(false, Ordering::Release);
+            if self.shared.clock_due.swap(false, Ordering::AcqRel) {
+                self.refresh_clock();
+            }
+            let round = self.take_round();
+            if !round.is_empty() {
+                self.run_round(round);
+            }
+            for b in barriers.drain(..) {
+                let _ = b.send(());
+            }
+        }
+        for b in barriers.drain(..) {
+            let _ = b.send(());
+        }
+        tracing::debug!(target: "redwheel::runtime", "driver thread ends");
+    }
+
+    /// True on `Stop`.
+    fn handle(&mut self, msg: Msg, barriers: &mut Vec<Sender<()>>) -> bool {
+        match msg {
+            Msg::Ready => false,
+            Msg::Barrier(tx) => {
+                barriers.push(tx);
+                false
+            }
+            Msg::Stop => true,
+        }
+    }
+
+    fn refresh_clock(&mut self) {
+        let timer = self.shared.timer.clone();
+        if let Some(sample) = self.transport.measure_clock(&|| timer.now()) {
+            self.shared.server_clock.set(sample);
+        }
+    }
+
+    /// Takes up to [`MAX_ROUND`] queued keys, in queue order.
+    fn take_round(&mut self) -> Vec<Slot> {
+        let mut st = self.shared.state.lock();
+        let mut round = Vec::with_capacity(st.due.len().min(MAX_ROUND));
+        while round.len() < MAX_ROUND {
+            let Some(key) = st.due.pop_front() else { break };
+            let Some(entry) = st.entries.get_mut(&key) else {
+                continue;
+            };
+            entry.queued = false;
+            round.push(Slot {
+                epoch: entry.epoch,
+                job: Arc::clone(&entry.job),
+                key,
+                first: 0,
+                count: 0,
+            });
+        }
+        round
+    }
+
+    fn run_round(&mut self, mut round: Vec<Slot>) {
+        self.commands.clear();
+        for slot in &mut round {
+            slot.first = self.commands.len();
+            slot.job.commands(&mut self.commands);
+            slot.count = self.commands.len() - slot.first;
+        }
+        let span = tracing::debug_span!(
+            target: "redwheel::runtime",
+            "round",
+            jobs = round.len(),
+            commands = self.commands.len()
+        );
+        let result = span.in_scope(|| self.transport.round_trip(&self.commands));
+        let now = self.shared.timer.now();
+        let shared = Arc::clone(&self.shared);
+        let stats = &shared.stats;
+        stats.rounds.fetch_add(1, Ordering::Relaxed);
+        stats
+            .commands
+            .fetch_add(self.commands.len() as u64, Ordering::Relaxed);
+        let connects = self.transport.connects();
+        let reconnected = connects > self.seen_connects && self.seen_connects > 0;
+        self.seen_connects = connects;
+        match result {
+            Err(e) => self.round_failed(&round, &e, now),
+            Ok(replies) => {
+                if let Some(since) = self.unavailable_since.take() {
+                    tracing::info!(
+                        target: "redwheel::runtime",
+                        down_ms = now.saturating_sub(since).as_millis() as u64,
+                        "redis is reachable again"
+                    );
+                }
+                self.reconnect.reset();
+                self.apply_replies(&round, &replies, now);
+            }
+        }
+        if reconnected {
+            stats.reconnects.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(target: "redwheel::runtime", "reconnected to redis; running every job");
+            self.shared.queue_all();
+        }
+    }
+
+    fn round_failed(&mut self, round: &[Slot], e: &Error, now: Duration) {
+        self.shared
+            .stats
+            .failed_rounds
+            .fetch_add(1, Ordering::Relaxed);
+        let wait = if e.is_transient() {
+            self.reconnect.step()
+        } else {
+            // Credentials, TLS, ACL: retrying fast will not help.
+            Backoff::nth(
+                self.config.job_backoff_min,
+                self.config.job_backoff_max,
+                self.shared
+                    .stats
+                    .failed_rounds
+                    .load(Ordering::Relaxed)
+                    .min(64) as u32,
+            )
+        };
+        if self.unavailable_since.is_none() {
+            self.unavailable_since = Some(now);
+            tracing::warn!(
+                target: "redwheel::runtime",
+                error = %e,
+                jobs = round.len(),
+                retry_in_ms = wait.as_millis() as u64,
+                "a round of due work failed; retrying until redis answers"
+            );
+        } else {
+            tracing::debug!(
+                target: "redwheel::runtime",
+                error = %e,
+                jobs = round.len(),
+                retry_in_ms = wait.as_millis() as u64,
+                "a round of due work failed again"
+            );
+        }
+        let mut st = self.shared.state.lock();
+        for slot in round {
+            if st
+                .entries
+                .get(&slot.key)
+                .is_some_and(|en| en.epoch == slot.epoch)
+            {
+                self.shared
+                    .arm_earlier(&mut st, &slot.key, now.saturating_add(wait), now);
+            }
+        }
+    }
+
+    fn apply_replies(&mut self, round: &[Slot], replies: &[Value], now: Duration) {
+        let mut loaded: HashSet<*const Script> = HashSet::new();
+        let mut outcomes = Vec::with_capacity(round.len());
+        for slot in round {
+            let Some(mine) = replies.get(slot.first..slot.first + slot.count) else {
+                outcomes.push(Err(Error::new(
+                    ErrorKind::Protocol,
+                    "redis sent fewer replies than commands",
+                )));
+                continue;
+            };
+            let error = mine.iter().find_map(|v| match v {
+                Value::ServerError(e) => Some(e.clone()),
+                _ => None,
+            });
+            let outcome = match error {
+                Some(err) if err.code() == "NOSCRIPT" => {
+                    for &script in slot.job.scripts() {
+                        if loaded.insert(script as *const Script)
+                            && let Err(e) = self.transport.load_script(script)
+                        {
+                            tracing::warn!(target: "redwheel::runtime", error = %e, "could not load a script");
+                        }
+                    }
+                    Ok(Next::Again)
+                }
+                Some(err) => Err(Error::from_redis(
+                    redis::RedisError::from(err),
+                    Access::Write,
+                )),
+                None => slot.job.on_reply(mine),
+            };
+            outcomes.push(outcome);
+        }
+        let mut st = self.shared.state.lock();
+        for (slot, outcome) in round.iter().zip(outcomes) {
+            let Some(entry) = st.entries.get_mut(&slot.key) else {
+                continue;
+            };
+            if entry.epoch != slot.epoch {
+                continue;
+            }
+            match outcome {
+                Ok(next) => {
+                    entry.failures = 0;
+                    match next {
+                        Next::Again => {
+                            queue(&mut st, &slot.key);
+                        }
+                        Next::Idle => {}
+                        Next::After(d) => {
+                            self.shared
+                                .arm_earlier(&mut st, &slot.key, now.saturating_add(d), now);
+                        }
+                        Next::At {
+                            due_ms,
+                            server_now_us,
+                        } => {
+                            let at = match server_now_us {
+                                Some(server_now) => {
+                                    let ahead = due_ms
+                                        .saturating_mul(1_000)
+                                        .saturating_sub(server_now)
+                                        .max(1);
+                                    Some(now.saturating_add(
+                                        Duration::from_micros(ahead as u64).min(MAX_AHEAD),
+                                    ))
+                                }
+                                None => self.shared.server_clock.to_local(due_ms, now),
+                            };
+                            if let Some(at) = at {
+                                self.shared.arm_earlier(&mut st, &slot.key, at, now);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    entry.failures = entry.failures.saturating_add(1);
+                    let failures = entry.failures;
+                    let wait = Backoff::nth(
+                        self.config.job_backoff_min,
+                        self.config.job_backoff_max,
+                        failures,
+                    );
+                    self.shared
+                        .stats
+                        .job_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        target: "redwheel::runtime",
+                        job = %slot.job.describe(),
+                        error = %e,
+                        failures,
+                        retry_in_ms = wait.as_millis() as u64,
+                        "due work failed; will retry"
+                    );
+                    self.shared
+                        .arm_earlier(&mut st, &slot.key, now.saturating_add(wait), now);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;

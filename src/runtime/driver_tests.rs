@@ -1,0 +1,504 @@
+//! The driver's scheduling, on a manual clock, with fake jobs and a fake
+//! transport: no Redis, no sleeps.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{Script, Value};
+
+use super::*;
+use crate::runtime::server_clock::{ClockSample, ServerClock};
+use crate::timer::ManualClock;
+
+const MS: Duration = Duration::from_millis(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// What the fake transport saw: one entry per round, with the clock
+/// reading and the routes (= job keys) of its commands.
+#[derive(Default)]
+struct Wire {
+    rounds: Mutex<Vec<(Duration, Vec<String>)>>,
+    down: AtomicBool,
+    connects: AtomicU64,
+    /// Routes whose next command gets a `NOSCRIPT` error reply.
+    noscript: Mutex<Vec<String>>,
+    loaded: AtomicU64,
+    /// While set, a round says so on the first channel, then waits until
+    /// the second one's sender is dropped.
+    hold: Mutex<
+        Option<(
+            crossbeam_channel::Sender<()>,
+            crossbeam_channel::Receiver<()>,
+        )>,
+    >,
+}
+
+impl Wire {
+    fn rounds(&self) -> Vec<(Duration, Vec<String>)> {
+        self.rounds.lock().clone()
+    }
+
+    /// The clock readings of the rounds that ran `key`.
+    fn runs_of(&self, key: &str) -> Vec<Duration> {
+        self.rounds
+            .lock()
+            .iter()
+            .filter(|(_, keys)| keys.iter().any(|k| k == key))
+            .map(|(t, _)| *t)
+            .collect()
+    }
+}
+
+struct FakeTransport {
+    wire: Arc<Wire>,
+    clock: ManualClock,
+    connected: bool,
+}
+
+impl Transport for FakeTransport {
+    fn round_trip(&mut self, commands: &Commands) -> Result<Vec<Value>, Error> {
+        let hold = self.wire.hold.lock().clone();
+        if let Some((entered, release)) = hold {
+            let _ = entered.send(());
+            let _ = release.recv();
+        }
+        if self.wire.down.load(Ordering::SeqCst) {
+            self.connected = false;
+            return Err(Error::new(ErrorKind::Unavailable, "fake: down"));
+        }
+        if !self.connected {
+            self.connected = true;
+            self.wire.connects.fetch_add(1, Ordering::SeqCst);
+        }
+        let routes: Vec<String> = commands.routes().iter().map(|r| r.to_string()).collect();
+        self.wire
+            .rounds
+            .lock()
+            .push((crate::timer::Clock::now(&self.clock), routes.clone()));
+        let mut noscript = self.wire.noscript.lock();
+        Ok(routes
+            .iter()
+            .map(|r| match noscript.iter().position(|n| n == r) {
+                Some(i) => {
+                    noscript.remove(i);
+                    redis::parse_redis_value(b"-NOSCRIPT No matching script.\r\n")
+                        .expect("an error reply parses")
+                }
+                None => Value::Okay,
+            })
+            .collect())
+    }
+
+    fn load_script(&mut self, _script: &Script) -> Result<(), Error> {
+        self.wire.loaded.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn connects(&self) -> u64 {
+        self.wire.connects.load(Ordering::SeqCst)
+    }
+
+    fn measure_clock(&mut self, _now: &dyn Fn() -> Duration) -> Option<ClockSample> {
+        None
+    }
+}
+
+/// A job whose outcomes the test scripts; once the script is used up it
+/// answers `otherwise`.
+struct FakeJob {
+    key: Arc<str>,
+    script: Mutex<VecDeque<Result<Next, Error>>>,
+    otherwise: Next,
+}
+
+static FAKE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("return 1"));
+
+impl Job for FakeJob {
+    fn describe(&self) -> String {
+        format!("fake job {}", self.key)
+    }
+
+    fn commands(&self, out: &mut Commands) {
+        out.push(&self.key, b"*1\r\n$4\r\nFAKE\r\n");
+    }
+
+    fn scripts(&self) -> &[&'static Script] {
+        static S: LazyLock<[&'static Script; 1]> = LazyLock::new(|| [&*FAKE_SCRIPT]);
+        &*S
+    }
+
+    fn on_reply(&self, replies: &[Value]) -> Result<Next, Error> {
+        assert_eq!(replies, [Value::Okay]);
+        self.script.lock().pop_front().unwrap_or(Ok(self.otherwise))
+    }
+}
+
+fn job(key: &str, otherwise: Next) -> Arc<FakeJob> {
+    scripted(key, otherwise, vec![])
+}
+
+fn scripted(key: &str, otherwise: Next, script: Vec<Result<Next, Error>>) -> Arc<FakeJob> {
+    Arc::new(FakeJob {
+        key: Arc::from(key),
+        script: Mutex::new(script.into()),
+        otherwise,
+    })
+}
+
+struct Rig {
+    clock: ManualClock,
+    wire: Arc<Wire>,
+    driver: Driver,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        Rig::with(DriverConfig {
+            job_backoff_min: ms(100),
+            job_backoff_max: ms(300),
+            reconnect_min: ms(10),
+            reconnect_max: ms(40),
+            clock_refresh: None,
+        })
+    }
+
+    fn with(config: DriverConfig) -> Rig {
+        let clock = ManualClock::new();
+        let wire = Arc::new(Wire::default());
+        // The server's clock reads what the manual clock reads, in ms.
+        let server_clock = Arc::new(ServerClock::default());
+        server_clock.set(ClockSample {
+            local: Duration::ZERO,
+            server_us: 0,
+            rtt: Duration::ZERO,
+        });
+        let driver = Driver::start(
+            config,
+            FakeTransport {
+                wire: Arc::clone(&wire),
+                clock: clock.clone(),
+                connected: false,
+            },
+            clock.clone(),
+            server_clock,
+            "driver-test",
+        )
+        .expect("driver starts");
+        Rig {
+            clock,
+            wire,
+            driver,
+        }
+    }
+
+    /// Moves time forward and waits until the wheel and the driver have
+    /// done everything that fell due.
+    fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+        self.driver.settle();
+        // A round may have armed timeouts that are due already.
+        self.clock.settle();
+        self.driver.settle();
+    }
+
+    fn register(&self, job: Arc<FakeJob>, first: Deadline, guard: Option<Duration>) {
+        let key = job.key.to_string();
+        assert!(self.driver.register(&key, job, first, guard));
+        self.clock.settle();
+        self.driver.settle();
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // Release a held round, if any, so the thread can end.
+        self.wire.hold.lock().take();
+        let _ = self
+            .driver
+            .shutdown(Instant::now() + Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn a_job_runs_at_its_deadline_and_never_before() {
+    let rig = Rig::new();
+    rig.register(job("a", Next::Idle), Deadline::After(ms(100)), None);
+    rig.register(job("b", Next::Idle), Deadline::ServerMs(250), None);
+    rig.advance(ms(99));
+    assert!(rig.wire.rounds().is_empty(), "nothing runs early");
+    for _ in 0..3 {
+        rig.advance(MS);
+    }
+    let runs = rig.wire.runs_of("a");
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0] >= ms(100) && runs[0] <= ms(101), "{runs:?}");
+    rig.advance(ms(148));
+    assert!(rig.wire.runs_of("b").is_empty(), "b is due at 250 ms");
+    for _ in 0..3 {
+        rig.advance(MS);
+    }
+    let runs = rig.wire.runs_of("b");
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0] >= ms(250) && runs[0] <= ms(251), "{runs:?}");
+}
+
+#[test]
+fn a_job_first_due_now_runs_in_the_next_round_and_its_reply_schedules_it() {
+    let rig = Rig::new();
+    let at = Next::At {
+        due_ms: 40,
+        server_now_us: Some(0),
+    };
+    rig.register(scripted("a", Next::Idle, vec![Ok(at)]), Deadline::Now, None);
+    assert_eq!(rig.wire.runs_of("a"), vec![Duration::ZERO]);
+    // Measured from the reply, with the server's own "now": 40 ms ahead.
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(40)));
+    rig.advance(ms(41));
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+}
+
+#[test]
+fn an_earlier_deadline_replaces_a_later_one_and_a_later_one_does_not() {
+    let rig = Rig::new();
+    rig.register(job("a", Next::Idle), Deadline::After(ms(100)), None);
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(100)));
+    // A later announcement (a stale reply, a later head) changes nothing.
+    rig.driver.announce("a", Deadline::ServerMs(300));
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(100)));
+    // An earlier one replaces it.
+    rig.driver.announce("a", Deadline::ServerMs(50));
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(50)));
+    rig.advance(ms(52));
+    assert_eq!(
+        rig.wire.runs_of("a").len(),
+        1,
+        "ran at the earlier deadline"
+    );
+    // The replaced timeout was cancelled: nothing runs at 100 or 300 ms.
+    rig.advance(ms(400));
+    assert_eq!(rig.wire.runs_of("a").len(), 1);
+    // A deadline already past runs in the next round.
+    rig.driver.announce("a", Deadline::ServerMs(1));
+    rig.driver.settle();
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+}
+
+#[test]
+fn a_job_whose_wake_up_was_lost_still_runs_at_the_next_guard_sweep() {
+    let rig = Rig::new();
+    rig.register(job("a", Next::Idle), Deadline::Now, Some(ms(1_000)));
+    rig.register(job("b", Next::Idle), Deadline::Now, Some(ms(1_000)));
+    assert_eq!(rig.wire.rounds().len(), 2);
+    // Work appears in Redis but its announcement is lost: nothing is
+    // scheduled, until the sweep.
+    rig.advance(ms(999));
+    assert_eq!(rig.wire.rounds().len(), 2);
+    rig.advance(ms(2));
+    let rounds = rig.wire.rounds();
+    assert_eq!(rounds.len(), 3, "one sweep round for the group: {rounds:?}");
+    let mut swept = rounds[2].1.clone();
+    swept.sort();
+    assert_eq!(swept, ["a", "b"]);
+    // And again one interval after that sweep.
+    rig.advance(ms(1_001));
+    assert_eq!(rig.wire.rounds().len(), 4);
+}
+
+#[test]
+fn an_unregistered_key_runs_no_more_and_its_sweep_stops() {
+    let rig = Rig::new();
+    rig.register(job("a", Next::Idle), Deadline::After(ms(50)), Some(ms(100)));
+    rig.driver.unregister("a");
+    rig.advance(ms(500));
+    assert!(rig.wire.rounds().is_empty());
+    // The same key can be registered again.
+    rig.register(job("a", Next::Idle), Deadline::Now, None);
+    assert_eq!(rig.wire.runs_of("a").len(), 1);
+}
+
+#[test]
+fn a_failing_job_backs_off_and_recovers() {
+    let rig = Rig::new();
+    let fail = || Err(Error::new(ErrorKind::Server, "fake failure"));
+    let recovered = Next::At {
+        due_ms: 5_000,
+        server_now_us: None,
+    };
+    rig.register(
+        scripted("a", Next::Idle, vec![fail(), fail(), fail(), Ok(recovered)]),
+        Deadline::Now,
+        None,
+    );
+    // Backoff 100 ms, doubling, capped at 300 ms.
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(100)));
+    // A timeout fires when the 1 ms tick holding its deadline ends.
+    rig.advance(ms(101));
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(101) + ms(200)));
+    rig.advance(ms(201));
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(302) + ms(300)));
+    rig.advance(ms(301));
+    // The fourth run succeeds and schedules the job where its reply says.
+    assert_eq!(rig.wire.runs_of("a").len(), 4);
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(5_000)));
+    assert_eq!(rig.driver.stats().job_failures, 3);
+    // The failure count is reset: a later failure starts at 100 ms again.
+    let rig2 = Rig::new();
+    rig2.register(
+        scripted("b", Next::Idle, vec![fail(), Ok(Next::Again), fail()]),
+        Deadline::Now,
+        None,
+    );
+    rig2.advance(ms(101));
+    assert_eq!(rig2.wire.runs_of("b").len(), 3);
+    assert_eq!(rig2.driver.scheduled_at("b"), Some(ms(101) + ms(100)));
+}
+
+#[test]
+fn rounds_retry_while_redis_is_down_and_every_job_runs_after_the_reconnect() {
+    let rig = Rig::new();
+    rig.register(job("idle", Next::Idle), Deadline::Now, None);
+    rig.register(
+        job("later", Next::Idle),
+        Deadline::After(ms(3_600_000)),
+        None,
+    );
+    assert_eq!(rig.wire.rounds().len(), 1);
+    rig.wire.down.store(true, Ordering::SeqCst);
+    rig.driver.announce("idle", Deadline::Now);
+    rig.driver.settle();
+    // The failed round is retried on the reconnect backoff: 10, 20, 40, 40 ms.
+    assert_eq!(rig.driver.scheduled_at("idle"), Some(ms(10)));
+    rig.advance(ms(11));
+    assert_eq!(rig.driver.scheduled_at("idle"), Some(ms(11) + ms(20)));
+    rig.advance(ms(21));
+    assert_eq!(rig.driver.scheduled_at("idle"), Some(ms(32) + ms(40)));
+    assert_eq!(rig.driver.stats().failed_rounds, 3);
+    rig.wire.down.store(false, Ordering::SeqCst);
+    rig.advance(ms(41));
+    // Back: the retried job runs, and then every job runs once more, the
+    // one scheduled an hour away included.
+    assert_eq!(rig.wire.runs_of("later").len(), 1);
+    assert_eq!(rig.driver.stats().reconnects, 1);
+    assert!(rig.wire.runs_of("idle").len() >= 2);
+}
+
+#[test]
+fn shutdown_with_jobs_pending_returns_within_its_timeout() {
+    let rig = Rig::new();
+    for i in 0..100 {
+        rig.register(
+            job(&format!("k{i}"), Next::Idle),
+            Deadline::After(ms(60_000)),
+            Some(ms(1_000)),
+        );
+    }
+    rig.driver
+        .shutdown(Instant::now() + Duration::from_secs(10))
+        .expect("an idle driver stops at once");
+    rig.advance(ms(120_000));
+    assert!(rig.wire.rounds().is_empty(), "nothing runs after shutdown");
+
+    // A driver stuck in a round (Redis not answering) gives up waiting at
+    // the deadline and says so.
+    let stuck = Rig::new();
+    let (release, hold) = crossbeam_channel::bounded::<()>(0);
+    let (entered_tx, entered) = crossbeam_channel::bounded::<()>(1);
+    *stuck.wire.hold.lock() = Some((entered_tx, hold));
+    assert!(
+        stuck
+            .driver
+            .register("a", job("a", Next::Idle), Deadline::Now, None)
+    );
+    entered.recv().expect("the round started");
+    let err = stuck
+        .driver
+        .shutdown(Instant::now() + Duration::from_millis(50))
+        .expect_err("the round never ends");
+    assert_eq!(err.kind(), ErrorKind::ShutdownTimeout);
+    drop(release);
+}
+
+#[test]
+fn ten_thousand_keys_due_in_the_same_tick_run_in_one_round() {
+    let rig = Rig::new();
+    for i in 0..10_000 {
+        assert!(rig.driver.register(
+            &format!("k{i}"),
+            job(&format!("k{i}"), Next::Idle),
+            Deadline::After(ms(50)),
+            None
+        ));
+    }
+    rig.clock.settle();
+    rig.driver.settle();
+    assert!(rig.wire.rounds().is_empty());
+    rig.advance(ms(51));
+    let rounds = rig.wire.rounds();
+    assert_eq!(rounds.len(), 1, "one round trip for the whole tick");
+    assert_eq!(rounds[0].1.len(), 10_000);
+    assert_eq!(rig.driver.stats().commands, 10_000);
+}
+
+#[test]
+fn a_job_that_always_reports_a_full_batch_does_not_starve_another() {
+    let rig = Rig::new();
+    rig.register(job("burst", Next::Again), Deadline::Now, None);
+    rig.register(job("other", Next::Idle), Deadline::After(ms(20)), None);
+    rig.advance(ms(21));
+    let rounds = rig.wire.rounds();
+    let first_other = rounds
+        .iter()
+        .position(|(_, keys)| keys.iter().any(|k| k == "other"))
+        .expect("the other job ran while the burst went on");
+    assert!(
+        rounds[first_other].1.iter().any(|k| k == "burst"),
+        "it ran beside the burst, in the same round"
+    );
+    // The burst is still going: it yields between batches, it is not
+    // dropped.
+    let before = rig.wire.runs_of("burst").len();
+    rig.driver.settle();
+    assert!(rig.wire.runs_of("burst").len() > before);
+    assert_eq!(rig.wire.runs_of("other").len(), 1);
+}
+
+#[test]
+fn a_noscript_reply_loads_the_job_scripts_and_runs_it_again() {
+    let rig = Rig::new();
+    rig.wire.noscript.lock().push("a".to_owned());
+    rig.register(job("a", Next::Idle), Deadline::Now, None);
+    rig.driver.settle();
+    assert_eq!(rig.wire.loaded.load(Ordering::SeqCst), 1);
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    assert_eq!(rig.driver.stats().job_failures, 0);
+}
+
+#[test]
+fn run_all_runs_every_registered_job_in_one_round() {
+    let rig = Rig::new();
+    for k in ["a", "b", "c"] {
+        rig.register(job(k, Next::Idle), Deadline::After(ms(10_000)), None);
+    }
+    rig.driver.run_all();
+    rig.driver.settle();
+    let rounds = rig.wire.rounds();
+    assert_eq!(rounds.len(), 1);
+    assert_eq!(rounds[0].1.len(), 3);
+}
+
+#[test]
+fn a_job_asking_for_after_runs_that_long_later_on_the_local_clock() {
+    let rig = Rig::new();
+    rig.register(job("lease", Next::After(ms(30))), Deadline::Now, None);
+    rig.advance(ms(31));
+    rig.advance(ms(31));
+    let runs = rig.wire.runs_of("lease");
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert!(runs[1] >= ms(30) && runs[2] >= runs[1] + ms(30), "{runs:?}");
+}
