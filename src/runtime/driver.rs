@@ -8,7 +8,7 @@
 //! * **One wheel timeout per key**, replaced only by an earlier deadline
 //!   ([`Driver::announce`]): a stale, later deadline (a reply that crossed
 //!   an announcement on the wire) never pushes an earlier one back.
-//! * **Rounds**: every job due at once (in the same wheel tick, or queued
+//! * **Rounds**: every job due at once (in the same wheel tick, or marked due
 //!   while the previous round was on the wire) runs in one round, one
 //!   pipelined round trip per connection, not one round trip per job. The
 //!   wheel's executor ([`Executor::end_of_tick`]) wakes the driver once per
@@ -18,7 +18,7 @@
 //!   round, beside whatever fell due meanwhile, so one key's burst cannot
 //!   delay another key's deadline by more than one round.
 //! * **Guard sweeps**: each key may join a guard group (its interval); one
-//!   recurring wheel timeout per interval queues every key of the group, so
+//!   recurring wheel timeout per interval marks every key of the group due, so
 //!   a lost wake-up or a dead process never strands work for longer than
 //!   the interval, at one pipelined round trip per connection per interval.
 //! * **Retries**: a job that fails runs again after a capped exponential
@@ -30,9 +30,9 @@
 //! # Ground rules
 //!
 //! * The state (`State`) is one mutex, never held across Redis I/O. Wheel
-//!   tasks take it briefly to queue a key; the driver thread takes it to
+//!   tasks take it briefly to mark a key due; the driver thread takes it to
 //!   take a round and to apply its outcomes.
-//! * A key is in `State::due` at most once (`Entry::queued`).
+//! * A key is in `State::due` at most once (`Entry::marked`).
 //! * `Entry::timeout` is the key's one live wheel timeout, if any.
 //! * Local times are readings of the wheel's clock, so a manual clock
 //!   drives the driver in tests exactly as the real one does in production.
@@ -250,7 +250,7 @@ struct Entry {
     job: Arc<dyn Job>,
     epoch: u64,
     timeout: Option<Armed>,
-    queued: bool,
+    marked: bool,
     failures: u32,
     guard: Option<Duration>,
 }
@@ -287,7 +287,7 @@ impl Notifier {
     }
 }
 
-/// The wheel's executor: runs each expired task at once (it only queues a
+/// The wheel's executor: runs each expired task at once (it only marks a
 /// key, under a short lock) and wakes the driver once per tick.
 struct TickBatcher(Notifier);
 
@@ -394,7 +394,7 @@ impl Driver {
                 job,
                 epoch,
                 timeout: None,
-                queued: false,
+                marked: false,
                 failures: 0,
                 guard,
             },
@@ -438,7 +438,7 @@ impl Driver {
                 st.guards.remove(&every);
             }
         }
-        // Left in `due` if queued: the round skips keys it cannot find.
+        // Left in `due` if marked: the round skips keys it cannot find.
     }
 
     /// Makes sure `key` runs by `at`: an earlier deadline than the pending
@@ -460,7 +460,7 @@ impl Driver {
     /// Runs every registered job in the next round.
     #[cfg_attr(not(test), allow(dead_code))] // cluster topology changes
     pub(crate) fn run_all(&self) {
-        self.shared.queue_all();
+        self.shared.mark_all_due();
         self.shared.notifier.notify();
     }
 
@@ -533,7 +533,7 @@ impl Drop for Driver {
 
 impl DriverShared {
     /// Applies deadline `at` to `key` (which exists). True when the key was
-    /// queued and the driver must be woken.
+    /// marked and the driver must be woken.
     fn deadline(&self, st: &mut State, key: &Arc<str>, at: Deadline, now: Duration) -> bool {
         let local = match at {
             Deadline::Now => None,
@@ -546,7 +546,7 @@ impl DriverShared {
                 self.arm_earlier(st, key, t, now);
                 false
             }
-            _ => queue(st, key),
+            _ => mark_due(st, key),
         }
     }
 
@@ -590,21 +590,21 @@ impl DriverShared {
         }
     }
 
-    fn queue_all(&self) {
+    fn mark_all_due(&self) {
         let mut st = self.state.lock();
         let keys: Vec<Arc<str>> = st.entries.keys().cloned().collect();
         for k in &keys {
-            queue(&mut st, k);
+            mark_due(&mut st, k);
         }
     }
 }
 
 /// Puts `key` in the next round unless it is there already. True if it
 /// was added.
-fn queue(st: &mut State, key: &Arc<str>) -> bool {
+fn mark_due(st: &mut State, key: &Arc<str>) -> bool {
     match st.entries.get_mut(key) {
-        Some(entry) if !entry.queued => {
-            entry.queued = true;
+        Some(entry) if !entry.marked => {
+            entry.marked = true;
             st.due.push_back(Arc::clone(key));
             true
         }
@@ -626,7 +626,7 @@ fn fire_key(weak: &Weak<DriverShared>, key: &Arc<str>, epoch: u64, t: &Timeout) 
     if entry.timeout.as_ref().is_some_and(|a| a.timeout.ptr_eq(t)) {
         entry.timeout = None;
     }
-    queue(&mut st, key);
+    mark_due(&mut st, key);
 }
 
 /// Arms the recurring guard sweep of interval `every`.
@@ -642,7 +642,7 @@ fn arm_guard(shared: &Arc<DriverShared>, every: Duration) -> Option<Timeout> {
                 None => return,
             };
             for k in &keys {
-                queue(&mut st, k);
+                mark_due(&mut st, k);
             }
             let next = arm_guard(&shared, every);
             if let Some(g) = st.guards.get_mut(&every) {
@@ -690,7 +690,7 @@ impl<T: Transport> Runner<T> {
     fn run(&mut self) {
         let mut barriers: Vec<Sender<()>> = Vec::new();
         loop {
-            // Wait for work unless some is queued already.
+            // Wait for work unless some is marked already.
             let idle = {
                 let st = self.shared.state.lock();
                 st.due.is_empty()
@@ -752,7 +752,7 @@ impl<T: Transport> Runner<T> {
         }
     }
 
-    /// Takes up to [`MAX_ROUND`] queued keys, in queue order.
+    /// Takes up to [`MAX_ROUND`] marked keys, in the order they were marked.
     fn take_round(&mut self) -> Vec<Slot> {
         let mut st = self.shared.state.lock();
         let mut round = Vec::with_capacity(st.due.len().min(MAX_ROUND));
@@ -761,7 +761,7 @@ impl<T: Transport> Runner<T> {
             let Some(entry) = st.entries.get_mut(&key) else {
                 continue;
             };
-            entry.queued = false;
+            entry.marked = false;
             round.push(Slot {
                 epoch: entry.epoch,
                 job: Arc::clone(&entry.job),
@@ -814,7 +814,7 @@ impl<T: Transport> Runner<T> {
         if reconnected {
             stats.reconnects.fetch_add(1, Ordering::Relaxed);
             tracing::info!(target: "redwheel::runtime", "reconnected to redis; running every job");
-            self.shared.queue_all();
+            self.shared.mark_all_due();
         }
     }
 
@@ -915,7 +915,7 @@ impl<T: Transport> Runner<T> {
                     entry.failures = 0;
                     match next {
                         Next::Again => {
-                            queue(&mut st, &slot.key);
+                            mark_due(&mut st, &slot.key);
                         }
                         Next::Idle => {}
                         Next::After(d) => {

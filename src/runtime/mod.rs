@@ -18,7 +18,7 @@
 //!
 //! # Threads
 //!
-//! * the wheel's worker: moves timeouts and queues keys (a short lock); it
+//! * the wheel's worker: moves timeouts and marks keys due (a short lock); it
 //!   never waits on Redis;
 //! * the driver thread: all Redis I/O of due work, one pipelined round trip
 //!   per connection per round;
