@@ -366,6 +366,11 @@ impl Error {
                 ErrorKind::DelayOverflow,
                 "the due time computed by the server exceeds 2^53 ms",
             )
+        } else if is_script_permission_error(&e) {
+            (
+                ErrorKind::PermissionDenied,
+                "the redis user lacks a permission redwheel needs",
+            )
         } else if e.is_timeout() {
             match access {
                 Access::Write => (
@@ -439,6 +444,14 @@ impl Error {
         };
         Error::new(kind, message).with_cause(e)
     }
+}
+
+/// An ACL refusal of a command run from a script (Redis reports those as
+/// plain errors, not `NOPERM`).
+fn is_script_permission_error(e: &redis::RedisError) -> bool {
+    e.detail().is_some_and(|d| {
+        d.contains("user executing the script can't") || d.contains("No permissions to access")
+    })
 }
 
 /// Failures of the connection itself that no retry will fix (credentials,

@@ -440,3 +440,71 @@ fn a_blocked_consumer_survives_the_server_forgetting_its_scripts() {
     let m = within(HANG, move || consumer.join().unwrap());
     assert_eq!(m.payload(), "m");
 }
+
+#[test]
+fn offer_with_id_adds_an_id_once_and_frees_it_once_taken() {
+    let (_server, rw) = setup();
+    let q = rw.queue::<String>("with-id").unwrap();
+    let id = MessageId::from("invoice-1");
+    assert!(
+        q.offer_with_id(&id, &"first".to_string(), Duration::ZERO)
+            .unwrap()
+    );
+    // A second offer of a waiting id changes nothing: payload and due stay.
+    assert!(
+        !q.offer_with_id(&id, &"second".to_string(), Duration::from_secs(60))
+            .unwrap()
+    );
+    assert_eq!(q.len().unwrap(), 1);
+    let m = within(HANG, {
+        let q = q.clone();
+        move || q.take().unwrap()
+    });
+    assert_eq!((m.id(), m.payload().as_str()), (&id, "first"));
+    // Taken: the id is free again.
+    assert!(
+        q.offer_with_id(&id, &"again".to_string(), Duration::from_secs(60))
+            .unwrap()
+    );
+    // Bad ids are typed errors.
+    let err = q
+        .offer_with_id(&MessageId::from(""), &"x".to_string(), Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(err.kind(), redwheel::ErrorKind::InvalidId);
+}
+
+#[test]
+fn offer_batch_with_ids_reports_which_ids_were_added() {
+    let (_server, rw) = setup();
+    let q = rw.queue::<String>("batch-ids").unwrap();
+    let a = MessageId::from("a");
+    assert!(
+        q.offer_with_id(&a, &"a0".to_string(), Duration::from_secs(60))
+            .unwrap()
+    );
+    let batch = vec![
+        (a.clone(), "a1".to_string(), Duration::ZERO),
+        (
+            MessageId::from("b"),
+            "b".to_string(),
+            Duration::from_secs(60),
+        ),
+        (MessageId::from("b"), "b again".to_string(), Duration::ZERO),
+        (
+            MessageId::from("c"),
+            "c".to_string(),
+            Duration::from_secs(60),
+        ),
+    ];
+    assert_eq!(
+        q.offer_batch_with_ids(&batch).unwrap(),
+        vec![false, true, false, true]
+    );
+    assert_eq!(q.len().unwrap(), 3);
+    // Retrying the whole batch adds nothing.
+    assert_eq!(
+        q.offer_batch_with_ids(&batch).unwrap(),
+        vec![false, false, false, false]
+    );
+    assert_eq!(q.delayed_len().unwrap(), 3, "a0 kept its 60 s delay");
+}

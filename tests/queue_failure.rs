@@ -5,9 +5,9 @@ mod support;
 
 use std::collections::HashSet;
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redwheel::{ErrorKind, MessageId, QueueOptions, Redwheel};
+use redwheel::{ErrorKind, MessageId, QueueOptions, Redwheel, RedwheelOptions};
 use support::{RedisServer, within};
 
 const HANG: Duration = Duration::from_secs(120);
@@ -227,6 +227,7 @@ fn invalid_options_are_rejected() {
         QueueOptions::default().transfer_batch(4_001),
         QueueOptions::default().guard_interval(Duration::ZERO),
         QueueOptions::default().guard_interval(Duration::MAX),
+        QueueOptions::default().max_payload_bytes(0),
     ] {
         let err = rw.queue_with::<String>("opts", opts).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidOption, "{err:?}");
@@ -354,4 +355,96 @@ fn an_undecodable_payload_is_a_typed_error_naming_the_message_and_it_is_not_lost
     );
     // Cleared with the queue.
     assert_eq!(text.clear().unwrap(), 1);
+}
+
+/// Waits (polling the server, with a hang guard) until `cond` holds.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let give_up = Instant::now() + HANG;
+    while !cond() {
+        assert!(Instant::now() < give_up, "hang guard: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+// A user froze Redis (`kill -STOP`): `offer` answered after two timeouts
+// with an error documented as "retry later", although the message had been
+// written, so the retry delivered it twice.
+#[test]
+fn an_offer_to_a_frozen_redis_is_sent_once_and_reported_as_outcome_unknown() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect_with(
+        &server.url(),
+        RedwheelOptions::default().command_timeout(Duration::from_millis(300)),
+    )
+    .unwrap();
+    let q = rw.queue::<String>("frozen").unwrap();
+    q.offer(&"warm".to_string(), Duration::from_secs(60))
+        .unwrap();
+    let hsets = server.calls("hset");
+
+    server.signal("STOP");
+    // Sent on the pooled connection; Redis never answers.
+    let id = MessageId::from("order-7");
+    let started = Instant::now();
+    let err = q
+        .offer_with_id(&id, &"order 7".to_string(), Duration::from_secs(60))
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert!(err.is_transient() && err.is_outcome_unknown());
+    assert_eq!(err.queue(), Some("frozen"));
+    assert_eq!(
+        err.message_id(),
+        Some("order-7"),
+        "the error names the message"
+    );
+    assert!(
+        err.to_string().contains("may or may not have happened"),
+        "{err}"
+    );
+    eprintln!("the offer to a frozen redis returned after {took:?} (command_timeout 300 ms)");
+    // A new connection cannot even be set up: nothing is sent, and the
+    // error says so.
+    let err = q
+        .offer(&"never sent".to_string(), Duration::from_secs(60))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    server.signal("CONT");
+
+    // The one offer that was sent ran once when Redis woke up: it was not
+    // retried behind the caller's back.
+    eventually("the frozen offer ran", || server.calls("hset") > hsets);
+    assert_eq!(server.calls("hset"), hsets + 1);
+    // The caller retries the idempotent offer: it had landed, and stays
+    // there once.
+    assert!(
+        !q.offer_with_id(&id, &"order 7".to_string(), Duration::from_secs(60))
+            .unwrap()
+    );
+    assert_eq!(q.len().unwrap(), 2, "warm and order-7");
+}
+
+// A user removed a dead-lettered id: `remove` said true but left the id on
+// the dead list, so `len()` (msg − dead) under-counted from then on.
+#[test]
+fn removing_a_dead_letter_removes_every_trace_and_len_stays_exact() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let bytes = rw.queue::<Vec<u8>>("dead-remove").unwrap();
+    let text = rw.queue::<String>("dead-remove").unwrap();
+    let bad = bytes.offer(&vec![0xff], Duration::ZERO).unwrap();
+    let err = within(HANG, {
+        let text = text.clone();
+        move || text.take().unwrap_err()
+    });
+    assert_eq!(err.kind(), ErrorKind::Decode);
+    assert_eq!(text.dead_letter_ids(10).unwrap(), vec![bad.clone()]);
+
+    assert!(text.remove(&bad).unwrap());
+    assert!(text.dead_letter_ids(10).unwrap().is_empty());
+    assert!(!text.remove(&bad).unwrap(), "gone for good");
+    text.offer(&"later".to_string(), Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(text.len().unwrap(), 1);
+    assert!(!text.is_empty().unwrap());
 }

@@ -672,9 +672,9 @@ impl<T: Codec> Queue<T> {
     /// the reconnect backoff. Returns [`ErrorKind::Shutdown`] once the
     /// `Redwheel` is shut down, and [`ErrorKind::Decode`] for a payload that
     /// cannot be decoded (that message is parked as a dead letter, not
-    /// lost). [`ErrorKind::OutcomeUnknown`] means the connection failed
-    /// while a message may have been handed over: that message may be lost
-    /// (at-most-once).
+    /// lost). A connection lost while waiting is re-opened and the wait
+    /// goes on; a message whose take script ran just as the connection
+    /// broke is lost with the reply (at-most-once).
     pub fn take(&self) -> Result<Message<T>, Error> {
         match self.take_until(None)? {
             Some(m) => Ok(m),
@@ -722,9 +722,12 @@ impl<T: Codec> Queue<T> {
                 Err(e) => {
                     drop(con);
                     let e = self.tag(Error::from_redis(e, Access::Write));
-                    if e.is_outcome_unknown() || !e.is_transient() {
+                    if !e.is_transient() {
                         return Err(e);
                     }
+                    // A connection lost while blocked: keep waiting. (Had the
+                    // take script run in that instant, its message went with
+                    // the reply: at-most-once.)
                     tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "take: redis unavailable; retrying");
                     if !wait_backoff(deadline, &mut backoff) {
                         return Err(e);

@@ -280,28 +280,58 @@ impl Pool {
         access: Access,
         mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(shut_down());
+        }
         let started = Instant::now();
-        let (mut con, was_idle) = self.get()?;
+        let idle = self.idle.lock().pop();
+        let was_idle = idle.is_some();
+        let mut con = match idle {
+            Some(c) => c,
+            None => self.open_within(started)?,
+        };
         match f(&mut con) {
             Ok(r) => {
-                self.put(con);
+                self.put_back(con, was_idle);
                 Ok(r)
             }
             Err(e) if was_idle && is_stale_connection(&e) => {
+                // The server closed a connection that sat idle: it went away
+                // (a restart) before this command reached it. If it cannot
+                // be reached again, it is down: nothing was written.
                 drop(con);
                 self.clear();
-                let left = self.io_timeout.saturating_sub(started.elapsed());
-                if left < MIN_WAIT {
-                    return Err(Error::from_redis(e, access));
-                }
-                let mut con = Conn::Node(self.endpoint.open_raw(left, left)?);
+                let mut con = self.open_within(started)?;
                 let r = f(&mut con).map_err(|e| Error::from_redis(e, access))?;
-                if con.set_io_timeout(self.io_timeout).is_ok() {
-                    self.put(con);
-                }
+                self.put_back(con, false);
                 Ok(r)
             }
             Err(e) => Err(Error::from_redis(e, access)),
+        }
+    }
+
+    /// A fresh connection whose connect and I/O fit in what is left of a
+    /// call's budget (the pool's I/O timeout) since `started`.
+    fn open_within(&self, started: Instant) -> Result<Conn, Error> {
+        let left = self.io_timeout.saturating_sub(started.elapsed());
+        if left < MIN_WAIT {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "no answer from redis at {} within {:?}",
+                    self.endpoint.addr(),
+                    self.io_timeout
+                ),
+            ));
+        }
+        Ok(Conn::Node(self.endpoint.open_raw(left, left)?))
+    }
+
+    /// Keeps `con` for reuse, with the pool's I/O timeout again if it was
+    /// opened for a shorter budget.
+    fn put_back(&self, con: Conn, was_idle: bool) {
+        if was_idle || con.set_io_timeout(self.io_timeout).is_ok() {
+            self.put(con);
         }
     }
 }

@@ -23,6 +23,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     appendonly: bool,
+    /// More `redis-server` arguments (TLS, …).
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -35,16 +37,35 @@ fn redis_server_bin() -> String {
 impl RedisServer {
     /// Starts a server with no persistence.
     pub fn start() -> RedisServer {
-        RedisServer::start_with(false)
+        RedisServer::start_with(false, Vec::new())
     }
 
     /// Starts a server that keeps an append-only file (fsync on every
     /// write), so a killed server restarts with every acknowledged write.
     pub fn with_appendonly() -> RedisServer {
-        RedisServer::start_with(true)
+        RedisServer::start_with(true, Vec::new())
     }
 
-    fn start_with(appendonly: bool) -> RedisServer {
+    /// Starts a server with more command-line arguments. `{dir}` in an
+    /// argument becomes the server's private directory.
+    pub fn with_args(args: &[&str]) -> RedisServer {
+        RedisServer::start_with(false, args.iter().map(|a| a.to_string()).collect())
+    }
+
+    /// A new private directory for files a server needs before it starts
+    /// (certificates); removed when the test process's temp dir is.
+    pub fn scratch_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "redwheel-test-{}-{}-{name}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create a scratch directory");
+        dir
+    }
+
+    fn start_with(appendonly: bool, extra: Vec<String>) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "redwheel-test-{}-{}",
             std::process::id(),
@@ -59,6 +80,7 @@ impl RedisServer {
                 port,
                 dir: dir.clone(),
                 appendonly,
+                extra: extra.clone(),
                 child: None,
             };
             if server.spawn_and_wait() {
@@ -110,6 +132,8 @@ impl RedisServer {
         } else {
             cmd.args(["--appendonly", "no"]);
         }
+        let dir = self.dir.display().to_string();
+        cmd.args(self.extra.iter().map(|a| a.replace("{dir}", &dir)));
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -140,6 +164,21 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(10));
         }
         panic!("redis-server did not become ready; log:\n{}", self.log());
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server runs").id()
+    }
+
+    /// Sends `signal` (`"STOP"`, `"CONT"`, …) to the server process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
     }
 
     /// Kills the server (SIGKILL) and waits for it.
@@ -175,6 +214,40 @@ impl RedisServer {
         let mut buf = [0u8; 4096];
         let n = s.read(&mut buf).unwrap();
         String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// `INFO section`, whole.
+    pub fn info(&self, section: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let req = format!("*2\r\n$4\r\nINFO\r\n${}\r\n{section}\r\n", section.len());
+        s.write_all(req.as_bytes()).unwrap();
+        let mut text = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "the server closed the connection");
+            text.extend_from_slice(&buf[..n]);
+            // `$<len>\r\n<len bytes>\r\n`
+            if let Some(eol) = text.windows(2).position(|w| w == b"\r\n") {
+                let len: usize = std::str::from_utf8(&text[1..eol]).unwrap().parse().unwrap();
+                if text.len() >= eol + 2 + len + 2 {
+                    return String::from_utf8_lossy(&text[eol + 2..eol + 2 + len]).into_owned();
+                }
+            }
+        }
+    }
+
+    /// How many times command `name` (lowercase) ran, from `INFO
+    /// commandstats` (0 if never).
+    pub fn calls(&self, name: &str) -> u64 {
+        let info = self.info("commandstats");
+        let prefix = format!("cmdstat_{name}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map(|n| n.parse().unwrap())
+            .unwrap_or(0)
     }
 
     fn answering_pid(&self) -> Option<u32> {
@@ -222,6 +295,13 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        if self.child.is_some() {
+            // A stopped server would not die of SIGKILL until continued.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(self.pid().to_string())
+                .status();
+        }
         if std::thread::panicking() {
             eprintln!(
                 "---- redis-server log (port {}) ----\n{}\n---- end of log ----",
@@ -234,7 +314,8 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().unwrap().port()
 }

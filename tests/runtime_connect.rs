@@ -1,0 +1,179 @@
+//! Connecting for production: URLs, credentials, a least-privilege ACL
+//! user, TLS, and what each failure says.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+use redwheel::{ErrorKind, Redwheel};
+use support::{RedisServer, within};
+
+const HANG: Duration = Duration::from_secs(60);
+
+/// The least-privilege ACL rules the README gives operators: the keys and
+/// channels of redwheel only, and the commands it sends (directly or from
+/// its scripts). `CLIENT SETINFO` (sent by the `redis` crate on connect) is
+/// known to Redis 7.2 and later only; [`add_user`] drops it for older ones.
+const REDWHEEL_ACL: &str = "resetkeys ~redwheel:* resetchannels &redwheel:* -@all \
+     +evalsha +script|load +time +ping +client|setinfo +blmove +zcard +zrange \
+     +subscribe +unsubscribe +punsubscribe \
+     +hexists +hget +hset +hdel +hlen +zadd +zrem +zrangebyscore +rpush +lpop +del +publish";
+
+/// Adds ACL user `name` with password `password` and `rules`.
+fn add_user(server: &RedisServer, name: &str, password: &str, rules: &str) {
+    let known = server.cmd(&["COMMAND", "INFO", "client|setinfo"]);
+    let rules = if known.contains("setinfo") {
+        rules.to_owned()
+    } else {
+        rules.replace(" +client|setinfo", "")
+    };
+    let mut args = vec!["ACL", "SETUSER", name, "on"];
+    let pass = format!(">{password}");
+    args.push(&pass);
+    args.extend(rules.split_whitespace());
+    let reply = server.cmd(&args);
+    assert_eq!(reply.trim(), "+OK", "ACL SETUSER {rules}: {reply}");
+}
+
+/// Everything the queue API does, end to end.
+fn exercise(rw: &Redwheel) {
+    let q = rw.queue::<String>("acl").unwrap();
+    q.clear().unwrap();
+    let later = q
+        .offer(&"later".to_string(), Duration::from_secs(60))
+        .unwrap();
+    q.offer_batch(&[("b".to_string(), Duration::ZERO)]).unwrap();
+    q.offer_with_id(&"fixed".into(), &"c".to_string(), Duration::ZERO)
+        .unwrap();
+    assert_eq!(q.len().unwrap(), 3);
+    assert!((1..=3).contains(&q.delayed_len().unwrap()));
+    let got = within(HANG, {
+        let q = q.clone();
+        move || (q.take().unwrap(), q.take().unwrap())
+    });
+    let mut payloads = [got.0.into_payload(), got.1.into_payload()];
+    payloads.sort();
+    assert_eq!(payloads, ["b", "c"]);
+    assert!(q.poll(Duration::from_millis(20)).unwrap().is_none());
+    assert!(q.remove(&later).unwrap());
+    assert!(q.dead_letter_ids(10).unwrap().is_empty());
+    // An undecodable payload is parked (park.lua) by the same user.
+    let bytes = rw.queue::<Vec<u8>>("acl").unwrap();
+    let bad = bytes.offer(&vec![0xff], Duration::ZERO).unwrap();
+    let err = within(HANG, {
+        let q = q.clone();
+        move || q.take().unwrap_err()
+    });
+    assert_eq!(err.kind(), ErrorKind::Decode, "{err}");
+    assert_eq!(q.dead_letter_ids(10).unwrap(), vec![bad]);
+    assert_eq!(q.clear().unwrap(), 1);
+}
+
+#[test]
+fn a_least_privilege_acl_user_runs_every_queue_operation() {
+    let server = RedisServer::start();
+    add_user(&server, "app", "s3cret", REDWHEEL_ACL);
+    server.cmd(&["ACL", "LOG", "RESET"]);
+    let rw =
+        Redwheel::connect(&format!("redis://app:s3cret@127.0.0.1:{}/", server.port())).unwrap();
+    exercise(&rw);
+    // The guard sweep and the subscriber ran meanwhile too.
+    let q = rw.queue::<String>("acl-sweep").unwrap();
+    q.offer(&"x".to_string(), Duration::from_millis(5)).unwrap();
+    within(HANG, move || q.take().unwrap());
+    rw.shutdown(Duration::from_secs(10)).unwrap();
+    // Nothing redwheel sent was refused, not even a command whose error a
+    // client library would swallow.
+    let log = server.cmd(&["ACL", "LOG"]);
+    assert_eq!(
+        log.trim(),
+        "*0",
+        "denied by the ACL: {}",
+        log.replace("\r\n", " ")
+    );
+    // The rules do refuse what redwheel does not need.
+    let other =
+        Redwheel::connect(&format!("redis://app:s3cret@127.0.0.1:{}/", server.port())).unwrap();
+    drop(other);
+    let denied = server.cmd(&["ACL", "DRYRUN", "app", "GET", "redwheel:{x}:msg"]);
+    assert!(denied.contains("no permissions"), "{denied}");
+    let denied = server.cmd(&["ACL", "DRYRUN", "app", "SET", "other", "1"]);
+    assert!(denied.contains("no permissions"), "{denied}");
+}
+
+#[test]
+fn a_missing_permission_is_a_typed_non_transient_error() {
+    let server = RedisServer::start();
+    // No PUBLISH: every offer script fails on it.
+    let rules = REDWHEEL_ACL.replace(" +publish", "");
+    add_user(&server, "app", "pw", &rules);
+    let rw = Redwheel::connect(&format!("redis://app:pw@127.0.0.1:{}/", server.port())).unwrap();
+    let q = rw.queue::<String>("noperm").unwrap();
+    let err = q.offer(&"x".to_string(), Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("lacks a permission"), "{err}");
+}
+
+#[test]
+fn wrong_credentials_are_a_clear_non_transient_error() {
+    let server = RedisServer::start();
+    add_user(&server, "app", "right", REDWHEEL_ACL);
+    let url = format!("redis://app:wrong@127.0.0.1:{}/", server.port());
+    let err = Redwheel::connect(&url).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Authentication, "{err:?}");
+    assert!(!err.is_transient() && !err.is_invalid_input());
+    let text = err.to_string();
+    assert!(text.contains("refused the credentials"), "{text}");
+    assert!(!text.contains("wrong"), "no password in messages: {text}");
+    // Once refused, connect returns: no retry loop behind it.
+    assert_eq!(server.calls("auth"), 1);
+}
+
+#[test]
+fn a_server_that_is_not_redis_is_named_as_such() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let err = Redwheel::connect(&format!("redis://127.0.0.1:{port}/")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err:?}");
+    assert!(!err.is_transient());
+    assert!(
+        err.to_string().contains(&format!(
+            "the server at 127.0.0.1:{port} did not answer as redis does"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_messages_say_what_went_wrong() {
+    let err = Redwheel::connect("redis://127.0.0.1:notaport/").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+    assert!(
+        err.to_string()
+            .starts_with("invalid redis URL \"redis://127.0.0.1:notaport/\""),
+        "{err}"
+    );
+    let err = Redwheel::connect("http://127.0.0.1:6379/").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{err}");
+    let port = support::free_port();
+    let err = Redwheel::connect(&format!("redis://127.0.0.1:{port}/")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(
+        err.to_string()
+            .starts_with(&format!("cannot connect to redis at 127.0.0.1:{port}: ")),
+        "{err}"
+    );
+    // The cause is printed once, in Display, not again through source().
+    assert!(std::error::Error::source(&err).is_none());
+}
