@@ -432,7 +432,12 @@ impl Error {
                 _ => ErrorKind::Server,
             }
         });
+        let tls_timeout =
+            kind == ErrorKind::Unavailable && e.is_timeout() && addr.ends_with("(TLS)");
         let message = match kind {
+            _ if tls_timeout => format!(
+                "cannot connect to redis at {addr}: no TLS handshake in time (does the port serve TLS?)"
+            ),
             ErrorKind::Authentication => format!("redis at {addr} refused the credentials"),
             ErrorKind::PermissionDenied => {
                 format!("the redis user at {addr} lacks a permission redwheel needs")
@@ -472,22 +477,36 @@ fn connect_failure_kind(e: &redis::RedisError) -> Option<ErrorKind> {
     None
 }
 
-/// A TLS failure reported through an I/O error: rustls's errors travel as
-/// `io::ErrorKind::InvalidData`, with the rustls error inside.
+/// A TLS failure: rustls's errors reach us inside an `io::Error`
+/// (`InvalidData`) inside the redis error, or as a redis error of their
+/// own.
 fn is_tls_failure(e: &redis::RedisError) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<io::Error>()
-            && io.kind() == io::ErrorKind::InvalidData
-        {
-            return true;
-        }
-        #[cfg(feature = "tls")]
-        if err.downcast_ref::<rustls::Error>().is_some() {
-            return true;
-        }
-        cur = err.source();
+    use std::error::Error as _;
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let Some(inner) = e.source() else {
+        return false;
+    };
+    // The redis error keeps its cause behind an `Arc`.
+    let inner: &(dyn std::error::Error + 'static) = match inner.downcast_ref::<Shared>() {
+        Some(arc) => &**arc,
+        None => inner,
+    };
+    if is_rustls_error(inner) {
+        return true;
     }
+    inner
+        .downcast_ref::<io::Error>()
+        .and_then(|io| io.get_ref())
+        .is_some_and(|cause| is_rustls_error(cause))
+}
+
+#[cfg(feature = "tls")]
+fn is_rustls_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<rustls::Error>().is_some()
+}
+
+#[cfg(not(feature = "tls"))]
+fn is_rustls_error(_: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
