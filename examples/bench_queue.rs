@@ -2,7 +2,8 @@
 //! line per run.
 //!
 //! ```text
-//! cargo run --release --example bench_queue -- [q1,q2,q3,q5,q5t] [--reps 3] [--q5-n 1000000]
+//! cargo run --release --example bench_queue -- [q1,q2,q3,q5,q5t,q6,restart] [--reps 3]
+//!     [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30]
 //! ```
 //!
 //! Uses the Redis at `REDIS_URL` if set (it is cleared of the bench
@@ -16,6 +17,15 @@
 //! * Q5: N messages all due at one instant D, 4 consumers: ms from D until
 //!   all are in the ready list (transfer rate) and until all are taken.
 //!   `q5t` is the same with no consumers (transfer only).
+//! * Q6: `--q6-queues` queues (100 by default; run again with 10000), each
+//!   holding one message due in an hour, open and idle for `--q6-secs`
+//!   (30 s): Redis commands/s and round trips/s this process causes, and
+//!   the CPU it uses (% of one core, from `/proc/self/stat`).
+//! * restart: a private `redis-server` with `appendonly yes, appendfsync
+//!   always`; 200 messages due while it is down and 200 due just after it is
+//!   back; it is killed (SIGKILL) and restarted 1 s later. Reports the ms
+//!   from Redis accepting connections again to the first overdue delivery,
+//!   and the lateness of the messages due after the restart.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -221,11 +231,166 @@ fn q5(
     Ok(())
 }
 
+/// CPU time this process used so far (user + system), from
+/// `/proc/self/stat` (clock ticks of 10 ms).
+fn process_cpu() -> Result<Duration, Box<dyn std::error::Error>> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name (which ends with ')'): utime is the
+    // 12th, stime the 13th.
+    let rest = &stat[stat.rfind(')').ok_or("bad /proc/self/stat")? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+/// `INFO` field `name` as a number.
+fn info_field(
+    con: &mut redis::Connection,
+    section: &str,
+    name: &str,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let info: String = redis::cmd("INFO").arg(section).query(con)?;
+    let prefix = format!("{name}:");
+    let value = info
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .ok_or_else(|| format!("no {name} in INFO {section}"))?;
+    Ok(value.trim().parse()?)
+}
+
+fn q6(
+    rw: &Redwheel,
+    url: &str,
+    rep: usize,
+    queues: usize,
+    secs: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let p = payload();
+    let mut open = Vec::with_capacity(queues);
+    for i in 0..queues {
+        let q = rw.queue::<String>(&format!("bench-q6-{i}"))?;
+        q.clear()?;
+        q.offer(&p, Duration::from_secs(3_600))?;
+        open.push(q);
+    }
+    // Let the first runs and subscriptions settle.
+    std::thread::sleep(Duration::from_secs(3));
+    let client = redis::Client::open(url)?;
+    let mut con = client.get_connection()?;
+    let cmds0 = info_field(&mut con, "stats", "total_commands_processed")?;
+    let redis_cpu0 = info_field(&mut con, "cpu", "used_cpu_user")?
+        + info_field(&mut con, "cpu", "used_cpu_sys")?;
+    let rounds0 = rw.driver_stats();
+    let cpu0 = process_cpu()?;
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let cpu = process_cpu()? - cpu0;
+    let wall = t0.elapsed().as_secs_f64();
+    let rounds = rw.driver_stats();
+    let redis_cpu = info_field(&mut con, "cpu", "used_cpu_user")?
+        + info_field(&mut con, "cpu", "used_cpu_sys")?
+        - redis_cpu0;
+    // Our own INFO calls: 3 after the first reading.
+    let cmds = info_field(&mut con, "stats", "total_commands_processed")? - cmds0 - 5.0;
+    println!(
+        r#"{{"test":"q6_idle","rep":{rep},"queues":{queues},"seconds":{wall:.1},"redis_cmds_per_s":{:.1},"round_trips_per_s":{:.2},"driver_commands_per_s":{:.1},"cpu_pct_of_core":{:.2},"redis_cpu_pct":{:.2}}}"#,
+        cmds / wall,
+        (rounds.rounds - rounds0.rounds) as f64 / wall,
+        (rounds.commands - rounds0.commands) as f64 / wall,
+        cpu.as_secs_f64() / wall * 100.0,
+        redis_cpu / wall * 100.0,
+    );
+    for q in &open {
+        q.clear()?;
+    }
+    Ok(())
+}
+
+fn restart(rep: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let mut server = ThrowawayRedis::start_with(
+        "redis-server",
+        &format!("bench-restart-{rep}"),
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    )?;
+    let rw = Redwheel::connect(&server.url())?;
+    let q = rw.queue::<String>("bench-restart")?;
+    let p = payload();
+    let n = 400;
+    let mut rng = SplitMix64(42);
+    // Offered at t0: half due during the outage (kill at +100 ms, back at
+    // about +1.1 s), half due 1.3..1.8 s after t0.
+    let msgs: Vec<(String, Duration)> = (0..n)
+        .map(|i| {
+            let ms = if i % 2 == 0 {
+                rng.range(200, 700)
+            } else {
+                rng.range(1_300, 1_800)
+            };
+            (p.clone(), Duration::from_millis(ms))
+        })
+        .collect();
+    let consumer = {
+        let q = q.clone();
+        std::thread::spawn(
+            move || -> Result<Vec<(SystemTime, SystemTime)>, redwheel::Error> {
+                let mut got = Vec::with_capacity(n);
+                while got.len() < n {
+                    let m = q.take()?;
+                    got.push((SystemTime::now(), m.due()));
+                }
+                Ok(got)
+            },
+        )
+    };
+    let t0 = Instant::now();
+    q.offer_batch(&msgs)?;
+    std::thread::sleep(Duration::from_millis(100).saturating_sub(t0.elapsed()));
+    server.kill();
+    std::thread::sleep(Duration::from_millis(1_100).saturating_sub(t0.elapsed()));
+    server.restart()?;
+    let back = SystemTime::now();
+    let got = consumer.join().map_err(|_| "consumer panicked")??;
+    let first_overdue = got
+        .iter()
+        .filter(|(_, due)| *due < back)
+        .map(|(at, _)| *at)
+        .min()
+        .ok_or("no overdue message")?;
+    let resume_ms = first_overdue
+        .duration_since(back)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .unwrap_or(0.0);
+    let mut late: Vec<f64> = got
+        .iter()
+        .filter(|(_, due)| *due >= back)
+        .map(|(at, due)| match at.duration_since(*due) {
+            Ok(d) => d.as_secs_f64() * 1e3,
+            Err(e) => -e.duration().as_secs_f64() * 1e3,
+        })
+        .collect();
+    late.sort_by(f64::total_cmp);
+    if late.is_empty() {
+        return Err("no message was due after the restart".into());
+    }
+    println!(
+        r#"{{"test":"restart","rep":{rep},"n":{n},"resume_ms":{resume_ms:.1},"due_after":{},"late_p50_ms":{:.2},"late_p99_ms":{:.2},"late_max_ms":{:.2},"early":{}}}"#,
+        late.len(),
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        late[late.len() - 1],
+        late.iter().filter(|&&l| l < 0.0).count()
+    );
+    rw.shutdown(Duration::from_secs(10))?;
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut tests: Vec<String> = ["q1", "q2", "q3", "q5t", "q5"].map(String::from).to_vec();
     let mut reps = 3;
     let mut q5_n = 1_000_000;
+    let mut q6_queues = 100;
+    let mut q6_secs = 30;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -235,6 +400,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             "--q5-n" => {
                 q5_n = args[i + 1].parse()?;
+                i += 1;
+            }
+            "--q6-queues" => {
+                q6_queues = args[i + 1].parse()?;
+                i += 1;
+            }
+            "--q6-secs" => {
+                q6_secs = args[i + 1].parse()?;
                 i += 1;
             }
             list => tests = list.split(',').map(String::from).collect(),
@@ -257,6 +430,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "q3" => q3(&rw, rep)?,
                 "q5" => q5(&rw, &url, rep, q5_n, 4)?,
                 "q5t" => q5(&rw, &url, rep, q5_n, 0)?,
+                "q6" => q6(&rw, &url, rep, q6_queues, q6_secs)?,
+                "restart" => restart(rep)?,
                 other => return Err(format!("unknown test {other}").into()),
             }
         }

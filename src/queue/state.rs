@@ -126,13 +126,13 @@ impl Job for TransferJob {
     }
 
     fn on_reply(&self, replies: &[redis::Value]) -> Result<Next, Error> {
-        let reply = replies.first().cloned().unwrap_or(redis::Value::Nil);
-        let (moved, next_due, server_now, now_us): (u64, i64, i64, i64) =
-            redis::from_redis_value(reply).map_err(|e| {
-                Error::new(ErrorKind::Protocol, "unexpected reply to transfer.lua")
-                    .with_cause(e)
-                    .in_queue(&self.state.name)
-            })?;
+        let (moved, next_due, server_now_us) = parse_transfer_reply(replies).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("unexpected reply to transfer.lua: {replies:?}"),
+            )
+            .in_queue(&self.state.name)
+        })?;
         self.state.runs.fetch_add(1, Ordering::Relaxed);
         self.state.moved.fetch_add(moved, Ordering::Relaxed);
         tracing::trace!(
@@ -149,12 +149,26 @@ impl Job for TransferJob {
         } else if next_due >= 0 {
             Next::At {
                 due_ms: next_due,
-                server_now_us: Some(server_now.saturating_mul(1_000).saturating_add(now_us)),
+                server_now_us: Some(server_now_us),
             }
         } else {
             Next::Idle
         })
     }
+}
+
+/// `"<moved> <next_due> <now_us>"`, as transfer.lua replies.
+fn parse_transfer_reply(replies: &[redis::Value]) -> Option<(u64, i64, i64)> {
+    let bytes = match replies.first()? {
+        redis::Value::BulkString(b) => b.as_slice(),
+        redis::Value::SimpleString(s) => s.as_bytes(),
+        _ => return None,
+    };
+    let mut parts = std::str::from_utf8(bytes).ok()?.split(' ');
+    let moved = parts.next()?.parse().ok()?;
+    let next_due = parts.next()?.parse().ok()?;
+    let now_us = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((moved, next_due, now_us))
 }
 
 /// Message ids: a per-process random prefix of 11 base-62 characters (64
@@ -226,6 +240,21 @@ mod tests {
         assert_eq!(k.msg, "redwheel:{orders}:msg");
         assert_eq!(k.ready, "redwheel:{orders}:ready");
         assert_eq!(k.wake, "redwheel:{orders}:wake");
+    }
+
+    #[test]
+    fn transfer_replies_parse_and_anything_else_is_refused() {
+        let bulk = |s: &str| [redis::Value::BulkString(s.as_bytes().to_vec())];
+        assert_eq!(
+            parse_transfer_reply(&bulk("3 1700000000123 1700000000001234")),
+            Some((3, 1_700_000_000_123, 1_700_000_000_001_234))
+        );
+        assert_eq!(parse_transfer_reply(&bulk("0 -1 5")), Some((0, -1, 5)));
+        for bad in ["", "1 2", "1 2 3 4", "x 2 3", "1  2 3"] {
+            assert_eq!(parse_transfer_reply(&bulk(bad)), None, "{bad:?}");
+        }
+        assert_eq!(parse_transfer_reply(&[redis::Value::Int(1)]), None);
+        assert_eq!(parse_transfer_reply(&[]), None);
     }
 
     #[test]

@@ -37,7 +37,7 @@
 //! * Local times are readings of the wheel's clock, so a manual clock
 //!   drives the driver in tests exactly as the real one does in production.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use redis::{Script, Value};
+use slab::Slab;
 
 use super::backoff::Backoff;
 use super::server_clock::{ClockSample, MAX_AHEAD, ServerClock};
@@ -211,7 +212,7 @@ pub(crate) struct Driver {
 impl fmt::Debug for Driver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Driver")
-            .field("keys", &self.shared.state.lock().entries.len())
+            .field("keys", &self.shared.state.lock().by_key.len())
             .finish_non_exhaustive()
     }
 }
@@ -238,21 +239,35 @@ struct Counters {
     reconnects: AtomicU64,
 }
 
+/// Registered work. Entries live in a slab; everything on the hot path
+/// (wheel tasks, sweeps, rounds) refers to them by slab index, checked by
+/// epoch, and only registration and announcements look a key up by name.
 #[derive(Default)]
 struct State {
-    entries: HashMap<Arc<str>, Entry>,
-    due: VecDeque<Arc<str>>,
+    entries: Slab<Entry>,
+    by_key: HashMap<Arc<str>, usize>,
+    due: VecDeque<usize>,
     guards: HashMap<Duration, Guard>,
     next_epoch: u64,
 }
 
 struct Entry {
+    key: Arc<str>,
     job: Arc<dyn Job>,
+    /// Tells this registration from an earlier one in the same slot.
     epoch: u64,
     timeout: Option<Armed>,
     marked: bool,
     failures: u32,
-    guard: Option<Duration>,
+    /// Its guard group, and its place in the group's list.
+    guard: Option<(Duration, usize)>,
+}
+
+impl State {
+    /// The entry at `index` if it is still the registration `epoch`.
+    fn live(&mut self, index: usize, epoch: u64) -> Option<&mut Entry> {
+        self.entries.get_mut(index).filter(|e| e.epoch == epoch)
+    }
 }
 
 struct Armed {
@@ -262,7 +277,7 @@ struct Armed {
 
 #[derive(Default)]
 struct Guard {
-    keys: HashSet<Arc<str>>,
+    members: Vec<usize>,
     timeout: Option<Timeout>,
 }
 
@@ -351,6 +366,8 @@ impl Driver {
                     config,
                     seen_connects: 0,
                     commands: Commands::default(),
+                    round: Vec::new(),
+                    outcomes: Vec::new(),
                     unavailable_since: None,
                 };
                 runner.run();
@@ -383,31 +400,32 @@ impl Driver {
     ) -> bool {
         let key: Arc<str> = Arc::from(key);
         let mut st = self.shared.state.lock();
-        if st.entries.contains_key(&key) {
+        if st.by_key.contains_key(&key) {
             return false;
         }
         st.next_epoch += 1;
         let epoch = st.next_epoch;
-        st.entries.insert(
-            Arc::clone(&key),
-            Entry {
-                job,
-                epoch,
-                timeout: None,
-                marked: false,
-                failures: 0,
-                guard,
-            },
-        );
+        let index = st.entries.insert(Entry {
+            key: Arc::clone(&key),
+            job,
+            epoch,
+            timeout: None,
+            marked: false,
+            failures: 0,
+            guard: None,
+        });
+        st.by_key.insert(key, index);
         if let Some(every) = guard {
             let group = st.guards.entry(every).or_default();
-            group.keys.insert(Arc::clone(&key));
+            group.members.push(index);
+            let pos = group.members.len() - 1;
             if group.timeout.is_none() {
                 group.timeout = arm_guard(&self.shared, every);
             }
+            st.entries[index].guard = Some((every, pos));
         }
         let now = self.now();
-        let notify = self.shared.deadline(&mut st, &key, first, now);
+        let notify = self.shared.deadline(&mut st, index, first, now);
         drop(st);
         if notify {
             self.shared.notifier.notify();
@@ -421,24 +439,31 @@ impl Driver {
     #[allow(dead_code)] // used by locks and reliable consumers
     pub(crate) fn unregister(&self, key: &str) {
         let mut st = self.shared.state.lock();
-        let Some(entry) = st.entries.remove(key) else {
+        let Some(index) = st.by_key.remove(key) else {
             return;
         };
+        let entry = st.entries.remove(index);
         if let Some(a) = entry.timeout {
             a.timeout.cancel();
         }
-        if let Some(every) = entry.guard
+        if let Some((every, pos)) = entry.guard
             && let Some(group) = st.guards.get_mut(&every)
         {
-            group.keys.remove(key);
-            if group.keys.is_empty() {
-                if let Some(t) = group.timeout.take() {
-                    t.cancel();
-                }
-                st.guards.remove(&every);
+            group.members.swap_remove(pos);
+            if let Some(&moved) = group.members.get(pos)
+                && let Some(e) = st.entries.get_mut(moved)
+            {
+                e.guard = Some((every, pos));
+            }
+            if st.guards.get(&every).is_some_and(|g| g.members.is_empty())
+                && let Some(mut group) = st.guards.remove(&every)
+                && let Some(t) = group.timeout.take()
+            {
+                t.cancel();
             }
         }
-        // Left in `due` if marked: the round skips keys it cannot find.
+        // Left in `due` if marked: a round skips slots whose epoch moved on
+        // (or that are empty).
     }
 
     /// Makes sure `key` runs by `at`: an earlier deadline than the pending
@@ -446,11 +471,10 @@ impl Driver {
     pub(crate) fn announce(&self, key: &str, at: Deadline) {
         let now = self.now();
         let mut st = self.shared.state.lock();
-        let Some((key, _)) = st.entries.get_key_value(key) else {
+        let Some(&index) = st.by_key.get(key) else {
             return;
         };
-        let key = Arc::clone(key);
-        let notify = self.shared.deadline(&mut st, &key, at, now);
+        let notify = self.shared.deadline(&mut st, index, at, now);
         drop(st);
         if notify {
             self.shared.notifier.notify();
@@ -480,7 +504,8 @@ impl Driver {
     /// pending.
     pub(crate) fn scheduled_at(&self, key: &str) -> Option<Duration> {
         let st = self.shared.state.lock();
-        st.entries.get(key)?.timeout.as_ref().map(|a| a.at)
+        let index = *st.by_key.get(key)?;
+        st.entries.get(index)?.timeout.as_ref().map(|a| a.at)
     }
 
     /// Waits until the driver has finished the round that follows this
@@ -532,9 +557,9 @@ impl Drop for Driver {
 }
 
 impl DriverShared {
-    /// Applies deadline `at` to `key` (which exists). True when the key was
-    /// marked and the driver must be woken.
-    fn deadline(&self, st: &mut State, key: &Arc<str>, at: Deadline, now: Duration) -> bool {
+    /// Applies deadline `at` to the entry at `index` (which exists). True
+    /// when it was marked due and the driver must be woken.
+    fn deadline(&self, st: &mut State, index: usize, at: Deadline, now: Duration) -> bool {
         let local = match at {
             Deadline::Now => None,
             Deadline::After(d) => Some(now.saturating_add(d)),
@@ -543,16 +568,17 @@ impl DriverShared {
         };
         match local {
             Some(t) if t > now => {
-                self.arm_earlier(st, key, t, now);
+                self.arm_earlier(st, index, t, now);
                 false
             }
-            _ => mark_due(st, key),
+            _ => mark_due(st, index),
         }
     }
 
-    /// Makes sure `key`'s wheel timeout fires at `at` or earlier.
-    fn arm_earlier(&self, st: &mut State, key: &Arc<str>, at: Duration, now: Duration) {
-        let Some(entry) = st.entries.get_mut(key) else {
+    /// Makes sure the entry at `index` has a wheel timeout firing at `at`
+    /// or earlier.
+    fn arm_earlier(&self, st: &mut State, index: usize, at: Duration, now: Duration) {
+        let Some(entry) = st.entries.get_mut(index) else {
             return;
         };
         if let Some(a) = &entry.timeout {
@@ -567,21 +593,16 @@ impl DriverShared {
         let delay = at.saturating_sub(now).max(Duration::from_micros(1));
         let epoch = entry.epoch;
         let weak = Weak::clone(&self.me);
-        let k = Arc::clone(key);
         match self
             .timer
-            .new_timeout(delay, move |t: &Timeout| fire_key(&weak, &k, epoch, t))
+            .new_timeout(delay, move |t: &Timeout| fire_key(&weak, index, epoch, t))
         {
-            Ok(timeout) => {
-                if let Some(entry) = st.entries.get_mut(key) {
-                    entry.timeout = Some(Armed { at, timeout });
-                }
-            }
+            Ok(timeout) => entry.timeout = Some(Armed { at, timeout }),
             Err(e) => {
                 if !self.stopping.load(Ordering::Relaxed) {
                     tracing::warn!(
                         target: "redwheel::runtime",
-                        key = %key,
+                        key = %entry.key,
                         error = %e,
                         "could not schedule due work on the wheel; the guard sweep will run it"
                     );
@@ -592,20 +613,20 @@ impl DriverShared {
 
     fn mark_all_due(&self) {
         let mut st = self.state.lock();
-        let keys: Vec<Arc<str>> = st.entries.keys().cloned().collect();
-        for k in &keys {
-            mark_due(&mut st, k);
+        let all: Vec<usize> = st.entries.iter().map(|(i, _)| i).collect();
+        for i in all {
+            mark_due(&mut st, i);
         }
     }
 }
 
-/// Puts `key` in the next round unless it is there already. True if it
-/// was added.
-fn mark_due(st: &mut State, key: &Arc<str>) -> bool {
-    match st.entries.get_mut(key) {
+/// Puts the entry at `index` in the next round unless it is there already.
+/// True if it was added.
+fn mark_due(st: &mut State, index: usize) -> bool {
+    match st.entries.get_mut(index) {
         Some(entry) if !entry.marked => {
             entry.marked = true;
-            st.due.push_back(Arc::clone(key));
+            st.due.push_back(index);
             true
         }
         _ => false,
@@ -614,19 +635,16 @@ fn mark_due(st: &mut State, key: &Arc<str>) -> bool {
 
 /// A key's wheel timeout fired (on the wheel thread; the executor wakes the
 /// driver at the end of the tick).
-fn fire_key(weak: &Weak<DriverShared>, key: &Arc<str>, epoch: u64, t: &Timeout) {
+fn fire_key(weak: &Weak<DriverShared>, index: usize, epoch: u64, t: &Timeout) {
     let Some(shared) = weak.upgrade() else { return };
     let mut st = shared.state.lock();
-    let Some(entry) = st.entries.get_mut(key) else {
+    let Some(entry) = st.live(index, epoch) else {
         return;
     };
-    if entry.epoch != epoch {
-        return;
-    }
     if entry.timeout.as_ref().is_some_and(|a| a.timeout.ptr_eq(t)) {
         entry.timeout = None;
     }
-    mark_due(&mut st, key);
+    mark_due(&mut st, index);
 }
 
 /// Arms the recurring guard sweep of interval `every`.
@@ -637,12 +655,17 @@ fn arm_guard(shared: &Arc<DriverShared>, every: Duration) -> Option<Timeout> {
         .new_timeout(every, move |_: &Timeout| {
             let Some(shared) = weak.upgrade() else { return };
             let mut st = shared.state.lock();
-            let keys: Vec<Arc<str>> = match st.guards.get(&every) {
-                Some(g) => g.keys.iter().cloned().collect(),
-                None => return,
+            let st = &mut *st;
+            let Some(group) = st.guards.get(&every) else {
+                return;
             };
-            for k in &keys {
-                mark_due(&mut st, k);
+            for &i in &group.members {
+                if let Some(entry) = st.entries.get_mut(i)
+                    && !entry.marked
+                {
+                    entry.marked = true;
+                    st.due.push_back(i);
+                }
             }
             let next = arm_guard(&shared, every);
             if let Some(g) = st.guards.get_mut(&every) {
@@ -672,6 +695,10 @@ struct Runner<T: Transport> {
     reconnect: Backoff,
     seen_connects: u64,
     commands: Commands,
+    /// The round being run (kept to reuse its allocation).
+    round: Vec<Slot>,
+    /// Each job's outcome in that round.
+    outcomes: Vec<Result<Next, Error>>,
     /// When the current outage began (for one log line per outage).
     unavailable_since: Option<Duration>,
 }
@@ -679,7 +706,7 @@ struct Runner<T: Transport> {
 /// One job of a round: its key and registration, and where its commands
 /// sit among the round's.
 struct Slot {
-    key: Arc<str>,
+    index: usize,
     epoch: u64,
     job: Arc<dyn Job>,
     first: usize,
@@ -719,10 +746,16 @@ impl<T: Transport> Runner<T> {
             if self.shared.clock_due.swap(false, Ordering::AcqRel) {
                 self.refresh_clock();
             }
-            let round = self.take_round();
+            let mut round = std::mem::take(&mut self.round);
+            self.take_round(&mut round);
             if !round.is_empty() {
-                self.run_round(round);
+                self.run_round(&mut round);
             }
+            round.clear();
+            if round.capacity() > MAX_ROUND {
+                round = Vec::new();
+            }
+            self.round = round;
             for b in barriers.drain(..) {
                 let _ = b.send(());
             }
@@ -752,30 +785,35 @@ impl<T: Transport> Runner<T> {
         }
     }
 
-    /// Takes up to [`MAX_ROUND`] marked keys, in the order they were marked.
-    fn take_round(&mut self) -> Vec<Slot> {
+    /// Takes up to [`MAX_ROUND`] marked keys, in the order they were
+    /// marked.
+    fn take_round(&mut self, round: &mut Vec<Slot>) {
         let mut st = self.shared.state.lock();
-        let mut round = Vec::with_capacity(st.due.len().min(MAX_ROUND));
+        let st = &mut *st;
         while round.len() < MAX_ROUND {
-            let Some(key) = st.due.pop_front() else { break };
-            let Some(entry) = st.entries.get_mut(&key) else {
+            let Some(index) = st.due.pop_front() else {
+                break;
+            };
+            let Some(entry) = st.entries.get_mut(index) else {
                 continue;
             };
+            if !entry.marked {
+                continue; // a slot reused after an unregister
+            }
             entry.marked = false;
             round.push(Slot {
+                index,
                 epoch: entry.epoch,
                 job: Arc::clone(&entry.job),
-                key,
                 first: 0,
                 count: 0,
             });
         }
-        round
     }
 
-    fn run_round(&mut self, mut round: Vec<Slot>) {
+    fn run_round(&mut self, round: &mut [Slot]) {
         self.commands.clear();
-        for slot in &mut round {
+        for slot in round.iter_mut() {
             slot.first = self.commands.len();
             slot.job.commands(&mut self.commands);
             slot.count = self.commands.len() - slot.first;
@@ -798,7 +836,7 @@ impl<T: Transport> Runner<T> {
         let reconnected = connects > self.seen_connects && self.seen_connects > 0;
         self.seen_connects = connects;
         match result {
-            Err(e) => self.round_failed(&round, &e, now),
+            Err(e) => self.round_failed(round, &e, now),
             Ok(replies) => {
                 if let Some(since) = self.unavailable_since.take() {
                     tracing::info!(
@@ -808,7 +846,7 @@ impl<T: Transport> Runner<T> {
                     );
                 }
                 self.reconnect.reset();
-                self.apply_replies(&round, &replies, now);
+                self.apply_replies(round, &replies, now);
             }
         }
         if reconnected {
@@ -857,20 +895,16 @@ impl<T: Transport> Runner<T> {
         }
         let mut st = self.shared.state.lock();
         for slot in round {
-            if st
-                .entries
-                .get(&slot.key)
-                .is_some_and(|en| en.epoch == slot.epoch)
-            {
+            if st.live(slot.index, slot.epoch).is_some() {
                 self.shared
-                    .arm_earlier(&mut st, &slot.key, now.saturating_add(wait), now);
+                    .arm_earlier(&mut st, slot.index, now.saturating_add(wait), now);
             }
         }
     }
 
     fn apply_replies(&mut self, round: &[Slot], replies: &[Value], now: Duration) {
-        let mut loaded: HashSet<*const Script> = HashSet::new();
-        let mut outcomes = Vec::with_capacity(round.len());
+        let mut loaded: Vec<*const Script> = Vec::new();
+        let mut outcomes = std::mem::take(&mut self.outcomes);
         for slot in round {
             let Some(mine) = replies.get(slot.first..slot.first + slot.count) else {
                 outcomes.push(Err(Error::new(
@@ -886,9 +920,12 @@ impl<T: Transport> Runner<T> {
             let outcome = match error {
                 Some(err) if err.code() == "NOSCRIPT" => {
                     for &script in slot.job.scripts() {
-                        if loaded.insert(script as *const Script)
-                            && let Err(e) = self.transport.load_script(script)
-                        {
+                        let ptr = script as *const Script;
+                        if loaded.contains(&ptr) {
+                            continue;
+                        }
+                        loaded.push(ptr);
+                        if let Err(e) = self.transport.load_script(script) {
                             tracing::warn!(target: "redwheel::runtime", error = %e, "could not load a script");
                         }
                     }
@@ -903,24 +940,25 @@ impl<T: Transport> Runner<T> {
             outcomes.push(outcome);
         }
         let mut st = self.shared.state.lock();
-        for (slot, outcome) in round.iter().zip(outcomes) {
-            let Some(entry) = st.entries.get_mut(&slot.key) else {
+        for (slot, outcome) in round.iter().zip(outcomes.drain(..)) {
+            let Some(entry) = st.live(slot.index, slot.epoch) else {
                 continue;
             };
-            if entry.epoch != slot.epoch {
-                continue;
-            }
             match outcome {
                 Ok(next) => {
                     entry.failures = 0;
                     match next {
                         Next::Again => {
-                            mark_due(&mut st, &slot.key);
+                            mark_due(&mut st, slot.index);
                         }
                         Next::Idle => {}
                         Next::After(d) => {
-                            self.shared
-                                .arm_earlier(&mut st, &slot.key, now.saturating_add(d), now);
+                            self.shared.arm_earlier(
+                                &mut st,
+                                slot.index,
+                                now.saturating_add(d),
+                                now,
+                            );
                         }
                         Next::At {
                             due_ms,
@@ -939,7 +977,7 @@ impl<T: Transport> Runner<T> {
                                 None => self.shared.server_clock.to_local(due_ms, now),
                             };
                             if let Some(at) = at {
-                                self.shared.arm_earlier(&mut st, &slot.key, at, now);
+                                self.shared.arm_earlier(&mut st, slot.index, at, now);
                             }
                         }
                     }
@@ -965,10 +1003,12 @@ impl<T: Transport> Runner<T> {
                         "due work failed; will retry"
                     );
                     self.shared
-                        .arm_earlier(&mut st, &slot.key, now.saturating_add(wait), now);
+                        .arm_earlier(&mut st, slot.index, now.saturating_add(wait), now);
                 }
             }
         }
+        drop(st);
+        self.outcomes = outcomes;
     }
 }
 
