@@ -1,14 +1,18 @@
 //! # redwheel
 //!
-//! A Netty-style hashed timing wheel for synchronous Rust programs, and the
-//! engine of redwheel's Redis-persisted delayed queues and lock watchdogs.
+//! Timers, delayed jobs and (soon) leases that survive restarts, for
+//! synchronous Rust services: a Netty-style hashed timing wheel, and on top
+//! of it Redis-persisted delayed queues whose timing that wheel drives.
+//! Redis locks with a watchdog and Redis Cluster support are planned; they
+//! are not in this release.
 //!
 //! ## The timer
 //!
 //! [`timer::HashedWheelTimer`] runs tasks after a delay on one dedicated
-//! worker thread. Scheduling is a lock-free push; cancelling is a
-//! compare-and-swap; the worker moves timeouts into a ring of buckets once
-//! per tick and runs those that are due.
+//! worker thread. Scheduling pushes the timeout into a per-thread inbox (a
+//! short, uncontended lock); cancelling is a compare-and-swap; the worker
+//! moves timeouts into a ring of buckets once per tick and runs those that
+//! are due. It knows nothing of Redis and works alone in any program.
 //!
 //! ```
 //! use std::sync::mpsc;
@@ -38,29 +42,55 @@
 //!
 //! ## Delayed queues
 //!
-//! A [`Redwheel`] connects to Redis and owns one timer, a transfer thread and
-//! a subscriber connection. A message offered with a delay waits in Redis
-//! (so it survives any crash of this process); at its due time, by the
-//! Redis server's clock, a wheel timeout runs an atomic Lua script that
-//! moves it to the queue's ready list, where [`Queue::take`] and
-//! [`Queue::poll`] find it. Any number of processes may offer to, transfer
-//! and consume one queue at once.
+//! A [`Redwheel`] connects to Redis and owns one wheel, the driver thread
+//! that runs timed Redis work on it, connection pools and a subscriber
+//! connection. A message offered with a delay waits in Redis (so it
+//! survives any crash of this process); at its due time, by the Redis
+//! server's clock, a wheel timeout runs an atomic Lua script that moves it
+//! to the queue's ready list, where [`Queue::take`] and [`Queue::poll`] find
+//! it. Any number of processes may offer to, transfer and consume one queue
+//! at once. The [`queue`] module says exactly what each operation
+//! guarantees (`take` is at-most-once).
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use redwheel::Redwheel;
+//! use redwheel::{ErrorKind, MessageId, Redwheel};
 //!
 //! let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
 //! let q = rw.queue::<String>("orders")?;
 //! let id = q.offer(&"order-42".to_string(), Duration::from_secs(600))?;
 //! assert!(q.remove(&id)?); // cancelled by id, in O(log n)
 //!
-//! q.offer(&"order-43".to_string(), Duration::from_millis(50))?;
+//! // An offer that may be retried: under an id of ours, written at most once.
+//! let order = MessageId::from("order-43");
+//! loop {
+//!     match q.offer_with_id(&order, &"order-43".to_string(), Duration::from_millis(50)) {
+//!         Ok(_) => break,
+//!         Err(e) if e.is_transient() => continue, // Unavailable or OutcomeUnknown
+//!         Err(e) => return Err(e),
+//!     }
+//! }
 //! let m = q.take()?; // blocks until a message is due
 //! println!("{} was due at {:?}", m.payload(), m.due());
+//! assert_ne!(ErrorKind::Unavailable, ErrorKind::OutcomeUnknown);
 //! rw.shutdown(Duration::from_secs(5))?;
 //! # Ok::<(), redwheel::Error>(())
 //! ```
+//!
+//! ## Errors
+//!
+//! The timer has its own [`TimerError`]. Everything Redis-backed returns one
+//! [`Error`]: [`Error::kind`] says what happened, [`Error::is_transient`]
+//! whether a retry may succeed, [`Error::is_invalid_input`] whether the
+//! call itself was wrong, and [`Error::queue`] / [`Error::message_id`] what
+//! it concerns.
+//!
+//! ## Features
+//!
+//! * `serde`: JSON payloads through serde, `rw.queue::<Json<T>>(…)`
+//!   ([`queue::Json`]).
+//! * `tls`: `rediss://` URLs, through the `redis` crate's rustls support;
+//!   [`RedwheelOptions::tls_root_certificate`] trusts a private CA.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

@@ -448,3 +448,48 @@ fn removing_a_dead_letter_removes_every_trace_and_len_stays_exact() {
     assert_eq!(text.len().unwrap(), 1);
     assert!(!text.is_empty().unwrap());
 }
+
+// A user saw overdue messages arrive 551 ms after Redis was back (the
+// reconnect backoff reached 2 s). With the guard sweep a day away, only the
+// reconnect path can deliver here: the driver runs every queue once it
+// reaches Redis again.
+#[test]
+fn delivery_resumes_after_a_restart_without_waiting_for_a_sweep() {
+    let mut server = RedisServer::with_appendonly();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    let q = rw
+        .queue_with::<String>(
+            "resume",
+            QueueOptions::default().guard_interval(Duration::from_secs(86_400)),
+        )
+        .unwrap();
+    // Make sure the queue's first run is done, so what follows depends on
+    // the reconnect alone.
+    q.offer(&"warm-up".to_string(), Duration::ZERO).unwrap();
+    within(HANG, {
+        let q = q.clone();
+        move || q.take().unwrap()
+    });
+    let ids: HashSet<MessageId> = (0..20)
+        .map(|i| {
+            q.offer(&format!("m{i}"), Duration::from_millis(300))
+                .unwrap()
+        })
+        .collect();
+    server.kill();
+    // Down for longer than the messages' delay: all are overdue at restart.
+    std::thread::sleep(Duration::from_millis(500));
+    server.restart();
+    let back = Instant::now();
+    let (got, first) = within(HANG, move || {
+        let first = q.take().unwrap();
+        let at = back.elapsed();
+        let mut got: HashSet<MessageId> = HashSet::from([first.id().clone()]);
+        while got.len() < 20 {
+            got.insert(q.take().unwrap().id().clone());
+        }
+        (got, at)
+    });
+    eprintln!("first overdue delivery {first:?} after redis accepted connections again");
+    assert_eq!(got, ids);
+}

@@ -58,7 +58,26 @@ impl Codec for Vec<u8> {
 /// A payload stored as serde JSON: `rw.queue::<Json<Order>>("orders")`.
 ///
 /// Available with the `serde` feature.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redwheel::{Redwheel, queue::Json};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Order {
+///     id: u64,
+///     sku: String,
+/// }
+///
+/// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+/// let q = rw.queue::<Json<Order>>("orders")?;
+/// q.offer(&Json(Order { id: 42, sku: "A-7".into() }), Duration::from_secs(60))?;
+/// let Json(order) = q.take()?.into_payload();
+/// assert_eq!(order.id, 42);
+/// # Ok::<(), redwheel::Error>(())
+/// ```
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Json<T>(pub T);
 

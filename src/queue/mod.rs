@@ -55,6 +55,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use self::codec::Json;
 pub use self::codec::{Codec, CodecError};
 pub use self::state::{MAX_ID_LEN, MAX_NAME_LEN};
