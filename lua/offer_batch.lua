@@ -1,32 +1,37 @@
--- offer_batch.lua: add many delayed messages to queue N in one atomic step, skipping ids
--- already known there.
+-- offer_batch.lua: add many delayed messages to queue N in one atomic step; with ARGV[2]
+-- 'k', skipping ids already known there.
 --
 -- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due (ms, Redis server clock)
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:wake      channel (only PUBLISHed to)
 -- ARGV[1]  'r' (each time below is a delay in ms, added to the server's TIME) or 'a' (each
 --          is an absolute due in epoch ms; past ones are clamped to now)
--- ARGV[2..] triples: delay or due time, id, encoded payload.
+-- ARGV[2]  'k' (ids are the caller's: keep a known id as it is, and reply per message) or
+--          'n' (ids are fresh, made by redwheel: no check, reply with a count)
+-- ARGV[3..] triples: delay or due time, id, encoded payload.
 --          The client sends at most 1,000 triples per call (Lua's unpack limit is 8,000).
 --
--- Reply: one integer per message, in order: 1 if it was added, 0 if its id was already
---        known to the queue (waiting, due, or a dead letter; nothing written for it).
+-- Reply: with 'k', one integer per message, in order: 1 if it was added, 0 if its id was
+--        already known to the queue (waiting, due, or a dead letter; nothing written for
+--        it). With 'n', the number of messages written.
 --        Error 'ERR redwheel: due overflows' (nothing written) when a due exceeds 2^53 ms.
 --
--- Invariant: as offer.lua, for every message of the batch (an id repeated within the batch
--- is added once); one PUBLISH at most, of the earliest due added, and only when it is
--- earlier than every due already waiting.
+-- Invariant: as offer.lua, for every message of the batch (with 'k', an id repeated within
+-- the batch is added once); one PUBLISH at most, of the earliest due added, and only when
+-- it is earlier than every due already waiting. Fresh ids skip the HEXISTS per message:
+-- they cannot be known, and writing one twice (a resend) writes the same thing.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local relative = ARGV[1] == 'r'
-local n = (#ARGV - 1) / 3
+local check = ARGV[2] == 'k'
+local n = (#ARGV - 2) / 3
 local zargs = {}
 local hargs = {}
 local added = {}
 local seen = {}
 local min_due
 for i = 0, n - 1 do
-  local t = tonumber(ARGV[3 * i + 2])
+  local t = tonumber(ARGV[3 * i + 3])
   local due
   if relative then
     due = now + t
@@ -36,8 +41,8 @@ for i = 0, n - 1 do
   if due > 9007199254740992 then
     return redis.error_reply('ERR redwheel: due overflows')
   end
-  local id = ARGV[3 * i + 3]
-  if seen[id] or redis.call('HEXISTS', KEYS[2], id) == 1 then
+  local id = ARGV[3 * i + 4]
+  if check and (seen[id] or redis.call('HEXISTS', KEYS[2], id) == 1) then
     added[i + 1] = 0
   else
     seen[id] = true
@@ -46,14 +51,18 @@ for i = 0, n - 1 do
     zargs[#zargs + 1] = dues
     zargs[#zargs + 1] = id
     hargs[#hargs + 1] = id
-    hargs[#hargs + 1] = dues .. ':' .. ARGV[3 * i + 4]
+    hargs[#hargs + 1] = dues .. ':' .. ARGV[3 * i + 5]
     if min_due == nil or due < min_due then
       min_due = due
     end
   end
 end
+local reply = added
+if not check then
+  reply = #zargs / 2
+end
 if #zargs == 0 then
-  return added
+  return reply
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], unpack(zargs))
@@ -61,4 +70,4 @@ redis.call('HSET', KEYS[2], unpack(hargs))
 if head[2] == nil or min_due < tonumber(head[2]) then
   redis.call('PUBLISH', KEYS[3], string.format('%d', min_due))
 end
-return added
+return reply

@@ -405,8 +405,16 @@ impl<T: Codec> Queue<T> {
 
     /// The delay in ms, checked against the 2^53 ms limit of a score.
     fn delay_ms(&self, delay: Duration) -> Result<u64, Error> {
+        self.delay_ms_within(delay, self.delay_limit())
+    }
+
+    /// The longest delay (ms) whose due time stays within 2^53 ms.
+    fn delay_limit(&self) -> u64 {
+        MAX_DUE_MS.saturating_sub(self.rt().server_now_ms())
+    }
+
+    fn delay_ms_within(&self, delay: Duration, limit: u64) -> Result<u64, Error> {
         let ms = ceil_ms(delay);
-        let limit = MAX_DUE_MS.saturating_sub(self.rt().server_now_ms());
         if ms > u128::from(limit) {
             return Err(self.tag(Error::new(
                 ErrorKind::DelayOverflow,
@@ -502,12 +510,13 @@ impl<T: Codec> Queue<T> {
     /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids).
     pub fn offer_batch(&self, messages: &[(T, Duration)]) -> Result<Vec<MessageId>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
+        let limit = self.delay_limit();
         for (payload, delay) in messages {
             let bytes = self.encode(payload)?;
-            let ms = self.delay_ms(*delay)?;
+            let ms = self.delay_ms_within(*delay, limit)?;
             encoded.push((new_message_id(), ms, bytes));
         }
-        self.offer_batch_raw("r", &encoded)?;
+        self.offer_batch_raw("r", false, &encoded)?;
         Ok(encoded
             .into_iter()
             .map(|(id, _, _)| MessageId(id))
@@ -523,7 +532,7 @@ impl<T: Codec> Queue<T> {
             let bytes = self.encode(payload)?;
             encoded.push((new_message_id(), epoch_ms(*at)?, bytes));
         }
-        self.offer_batch_raw("a", &encoded)?;
+        self.offer_batch_raw("a", false, &encoded)?;
         Ok(encoded
             .into_iter()
             .map(|(id, _, _)| MessageId(id))
@@ -541,18 +550,23 @@ impl<T: Codec> Queue<T> {
         messages: &[(MessageId, T, Duration)],
     ) -> Result<Vec<bool>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
+        let limit = self.delay_limit();
         for (id, payload, delay) in messages {
             check_id(id).map_err(|e| self.tag(e))?;
             let bytes = self.encode(payload)?;
-            let ms = self.delay_ms(*delay)?;
+            let ms = self.delay_ms_within(*delay, limit)?;
             encoded.push((id.0.clone(), ms, bytes));
         }
-        self.offer_batch_raw("r", &encoded)
+        self.offer_batch_raw("r", true, &encoded)
     }
 
+    /// Writes `encoded` in chunks. With `check_ids`, an id already known is
+    /// kept as it is and the reply says, per message, whether it was added;
+    /// without, the ids are fresh ones of ours and every message is added.
     fn offer_batch_raw(
         &self,
         mode: &str,
+        check_ids: bool,
         encoded: &[(String, u64, Cow<'_, [u8]>)],
     ) -> Result<Vec<bool>, Error> {
         let keys = &self.state.keys;
@@ -562,16 +576,23 @@ impl<T: Codec> Queue<T> {
             inv.key(&keys.delayed)
                 .key(&keys.msg)
                 .key(&keys.wake)
-                .arg(mode);
+                .arg(mode)
+                .arg(if check_ids { "k" } else { "n" });
             for (id, ms, bytes) in chunk {
                 inv.arg(*ms).arg(id).arg(bytes.as_ref());
             }
-            let flags: Vec<i64> = self
-                .rt()
-                .commands
-                .run(Access::Write, |con| inv.invoke(con))
-                .map_err(|e| self.tag(e))?;
-            added.extend(flags.into_iter().map(|f| f == 1));
+            let commands = &self.rt().commands;
+            if check_ids {
+                let flags: Vec<i64> = commands
+                    .run(Access::Write, |con| inv.invoke(con))
+                    .map_err(|e| self.tag(e))?;
+                added.extend(flags.into_iter().map(|f| f == 1));
+            } else {
+                let _: i64 = commands
+                    .run(Access::Write, |con| inv.invoke(con))
+                    .map_err(|e| self.tag(e))?;
+                added.resize(added.len() + chunk.len(), true);
+            }
         }
         Ok(added)
     }

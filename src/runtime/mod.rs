@@ -47,7 +47,7 @@ use self::pool::NodeTransport;
 pub(crate) use self::pool::{Conn, Endpoint, Pool, shut_down};
 use self::server_clock::ServerClock;
 pub(crate) use self::subscriber::{Subscriber, Subscription};
-use crate::error::{Error, ErrorKind};
+use crate::error::{Access, Error, ErrorKind};
 use crate::timer::SystemClock;
 
 /// Connection settings of a [`Redwheel`].
@@ -315,15 +315,12 @@ impl Redwheel {
         // connection, and measure the server's clock on it.
         let (mut con, _) = commands.get()?;
         let now = || driver.now();
-        match server_clock::measure(&mut con, &now) {
-            Some(sample) => server_clock.set(sample),
-            None => {
-                return Err(Error::new(
-                    ErrorKind::Protocol,
-                    format!("the server at {} did not answer TIME", endpoint.addr()),
-                ));
-            }
-        }
+        let sample = server_clock::measure(&mut con, &now).map_err(|e| {
+            let e = Error::from_redis(e, Access::Read);
+            let what = format!("redis at {} did not answer TIME", endpoint.addr());
+            Error::new(e.kind(), what).with_cause(e)
+        })?;
+        server_clock.set(sample);
         commands.put(con);
         let (subscriber, subscriber_thread) = Subscriber::start(
             Arc::clone(&endpoint),

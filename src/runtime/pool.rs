@@ -395,7 +395,14 @@ impl Transport for NodeTransport {
 
     fn measure_clock(&mut self, now: &dyn Fn() -> Duration) -> Option<ClockSample> {
         let con = self.con.as_mut()?;
-        measure(con, now)
+        match measure(con, now) {
+            Ok(sample) => Some(sample),
+            Err(e) => {
+                tracing::debug!(target: "redwheel::runtime", error = %e, "could not measure the server clock");
+                self.con = None;
+                None
+            }
+        }
     }
 }
 

@@ -81,16 +81,15 @@ impl ServerClock {
 }
 
 /// Reads `TIME` three times on `con` and keeps the sample with the
-/// smallest round trip; `None` if Redis did not answer. `now` reads the
-/// local clock.
+/// smallest round trip. `now` reads the local clock.
 pub(crate) fn measure(
     con: &mut dyn redis::ConnectionLike,
     now: &dyn Fn() -> Duration,
-) -> Option<ClockSample> {
+) -> redis::RedisResult<ClockSample> {
     let mut best: Option<ClockSample> = None;
     for _ in 0..3 {
         let t0 = now();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).ok()?;
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con)?;
         let t1 = now();
         let rtt = t1.saturating_sub(t0);
         let sample = ClockSample {
@@ -102,7 +101,7 @@ pub(crate) fn measure(
             best = Some(sample);
         }
     }
-    best
+    Ok(best.expect("three samples were taken"))
 }
 
 #[cfg(test)]
