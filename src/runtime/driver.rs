@@ -25,6 +25,10 @@
 //!   backoff (logged with `tracing`); a round whose connection failed is
 //!   retried after the reconnect backoff, and after a reconnect every job
 //!   runs at once (Redis may have restarted without the state we saw).
+//! * **A backstop**: the driver thread also waits, on its own, for the
+//!   earliest armed deadline (plus [`DriverConfig::backstop_grace`]), so a
+//!   wheel thread that is held up (descheduled, or a slow task) delays no
+//!   deadline by more than the grace.
 //! * **Shutdown**: stops after the round in flight; waits are bounded.
 //!
 //! # Ground rules
@@ -37,7 +41,8 @@
 //! * Local times are readings of the wheel's clock, so a manual clock
 //!   drives the driver in tests exactly as the real one does in production.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -170,6 +175,9 @@ pub(crate) struct DriverConfig {
     pub reconnect_max: Duration,
     /// How often the server clock estimate is refreshed (`None`: never).
     pub clock_refresh: Option<Duration>,
+    /// How long after an armed deadline the driver stops waiting for the
+    /// wheel to fire it and runs the job itself.
+    pub backstop_grace: Duration,
 }
 
 impl Default for DriverConfig {
@@ -180,6 +188,7 @@ impl Default for DriverConfig {
             reconnect_min: Duration::from_millis(10),
             reconnect_max: Duration::from_millis(50),
             clock_refresh: Some(Duration::from_secs(30)),
+            backstop_grace: Duration::from_millis(5),
         }
     }
 }
@@ -247,6 +256,10 @@ struct State {
     entries: Slab<Entry>,
     by_key: HashMap<Arc<str>, usize>,
     due: VecDeque<usize>,
+    /// Every armed deadline, earliest first, for the backstop: (at, slot,
+    /// epoch). Stale items (the deadline was replaced, fired or dropped)
+    /// are skipped when they come up.
+    armed: BinaryHeap<Reverse<(Duration, usize, u64)>>,
     guards: HashMap<Duration, Guard>,
     next_epoch: u64,
 }
@@ -597,7 +610,22 @@ impl DriverShared {
             .timer
             .new_timeout(delay, move |t: &Timeout| fire_key(&weak, index, epoch, t))
         {
-            Ok(timeout) => entry.timeout = Some(Armed { at, timeout }),
+            Ok(timeout) => {
+                entry.timeout = Some(Armed { at, timeout });
+                // A new earliest deadline: the driver thread, if it waits,
+                // waits for a later one; have it look again.
+                if st
+                    .armed
+                    .peek()
+                    .is_none_or(|Reverse((first, ..))| at < *first)
+                {
+                    self.notifier.notify();
+                }
+                st.armed.push(Reverse((at, index, epoch)));
+                if st.armed.len() > 4 * st.entries.len() + 1_024 {
+                    compact_armed(st);
+                }
+            }
             Err(e) => {
                 if !self.stopping.load(Ordering::Relaxed) {
                     tracing::warn!(
@@ -611,6 +639,48 @@ impl DriverShared {
         }
     }
 
+    /// The earliest armed deadline, if any (stale items are dropped).
+    fn earliest_armed(&self) -> Option<Duration> {
+        let mut st = self.state.lock();
+        while let Some(&Reverse((at, index, epoch))) = st.armed.peek() {
+            if is_armed_at(&st, index, epoch, at) {
+                return Some(at);
+            }
+            st.armed.pop();
+        }
+        None
+    }
+
+    /// Runs the jobs whose deadline passed more than `grace` ago without
+    /// the wheel firing them; true if it marked any.
+    fn backstop(&self, now: Duration, grace: Duration) -> bool {
+        let mut st = self.state.lock();
+        let mut marked = 0;
+        while let Some(&Reverse((at, index, epoch))) = st.armed.peek() {
+            if at.saturating_add(grace) > now {
+                break;
+            }
+            st.armed.pop();
+            if !is_armed_at(&st, index, epoch, at) {
+                continue;
+            }
+            if let Some(a) = st.entries[index].timeout.take() {
+                a.timeout.cancel();
+            }
+            if mark_due(&mut st, index) {
+                marked += 1;
+            }
+        }
+        if marked > 0 {
+            tracing::debug!(
+                target: "redwheel::runtime",
+                jobs = marked,
+                "the wheel did not fire these deadlines in time; the driver runs them"
+            );
+        }
+        marked > 0
+    }
+
     fn mark_all_due(&self) {
         let mut st = self.state.lock();
         let all: Vec<usize> = st.entries.iter().map(|(i, _)| i).collect();
@@ -618,6 +688,24 @@ impl DriverShared {
             mark_due(&mut st, i);
         }
     }
+}
+
+/// True if the entry at `index` (registration `epoch`) has a timeout armed
+/// for `at`.
+fn is_armed_at(st: &State, index: usize, epoch: u64, at: Duration) -> bool {
+    st.entries
+        .get(index)
+        .is_some_and(|e| e.epoch == epoch && e.timeout.as_ref().is_some_and(|a| a.at == at))
+}
+
+/// Rebuilds the backstop heap from the live timeouts only.
+fn compact_armed(st: &mut State) {
+    let live: Vec<Reverse<(Duration, usize, u64)>> = st
+        .entries
+        .iter()
+        .filter_map(|(i, e)| e.timeout.as_ref().map(|a| Reverse((a.at, i, e.epoch))))
+        .collect();
+    st.armed = BinaryHeap::from(live);
 }
 
 /// Puts the entry at `index` in the next round unless it is there already.
@@ -723,13 +811,31 @@ impl<T: Transport> Runner<T> {
                 st.due.is_empty()
             } && !self.shared.clock_due.load(Ordering::Acquire);
             if idle && barriers.is_empty() {
-                match self.rx.recv() {
+                let grace = self.config.backstop_grace;
+                let msg = match self.shared.earliest_armed() {
+                    None => self.rx.recv().map_err(|_| ()),
+                    Some(at) => {
+                        let wait = at
+                            .saturating_sub(self.shared.timer.now())
+                            .saturating_add(grace);
+                        match self.rx.recv_timeout(wait) {
+                            Ok(msg) => Ok(msg),
+                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                                let now = self.shared.timer.now();
+                                self.shared.backstop(now, grace);
+                                Ok(Msg::Ready)
+                            }
+                            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(()),
+                        }
+                    }
+                };
+                match msg {
                     Ok(msg) => {
                         if self.handle(msg, &mut barriers) {
                             break;
                         }
                     }
-                    Err(_) => break,
+                    Err(()) => break,
                 }
             }
             let mut stop = false;

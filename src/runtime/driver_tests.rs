@@ -29,6 +29,8 @@ struct Wire {
     /// Routes whose next command gets a `NOSCRIPT` error reply.
     noscript: Mutex<Vec<String>>,
     loaded: AtomicU64,
+    /// Told after each round, if set.
+    rounds_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
     /// While set, a round says so on the first channel, then waits until
     /// the second one's sender is dropped.
     hold: Mutex<
@@ -57,7 +59,7 @@ impl Wire {
 
 struct FakeTransport {
     wire: Arc<Wire>,
-    clock: ManualClock,
+    clock: Arc<dyn crate::timer::Clock>,
     connected: bool,
 }
 
@@ -80,7 +82,10 @@ impl Transport for FakeTransport {
         self.wire
             .rounds
             .lock()
-            .push((crate::timer::Clock::now(&self.clock), routes.clone()));
+            .push((self.clock.now(), routes.clone()));
+        if let Some(tx) = self.wire.rounds_tx.lock().as_ref() {
+            let _ = tx.send(());
+        }
         let mut noscript = self.wire.noscript.lock();
         Ok(routes
             .iter()
@@ -159,13 +164,18 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
-        Rig::with(DriverConfig {
+        Rig::with(Rig::config())
+    }
+
+    fn config() -> DriverConfig {
+        DriverConfig {
             job_backoff_min: ms(100),
             job_backoff_max: ms(300),
             reconnect_min: ms(10),
             reconnect_max: ms(40),
             clock_refresh: None,
-        })
+            backstop_grace: ms(5),
+        }
     }
 
     fn with(config: DriverConfig) -> Rig {
@@ -182,7 +192,7 @@ impl Rig {
             config,
             FakeTransport {
                 wire: Arc::clone(&wire),
-                clock: clock.clone(),
+                clock: Arc::new(clock.clone()),
                 connected: false,
             },
             clock.clone(),
@@ -501,4 +511,55 @@ fn a_job_asking_for_after_runs_that_long_later_on_the_local_clock() {
     let runs = rig.wire.runs_of("lease");
     assert_eq!(runs.len(), 3, "{runs:?}");
     assert!(runs[1] >= ms(30) && runs[2] >= runs[1] + ms(30), "{runs:?}");
+}
+
+#[test]
+fn a_deadline_is_kept_while_the_wheel_thread_is_held_up() {
+    // The real clock: the wheel's worker is stuck in a task, so only the
+    // driver's own wait (the backstop) can run the job.
+    let clock = crate::timer::SystemClock::new();
+    let wire = Arc::new(Wire::default());
+    let (rounds_tx, rounds) = crossbeam_channel::unbounded();
+    *wire.rounds_tx.lock() = Some(rounds_tx);
+    let driver = Driver::start(
+        Rig::config(),
+        FakeTransport {
+            wire: Arc::clone(&wire),
+            clock: Arc::new(clock),
+            connected: false,
+        },
+        clock,
+        Arc::new(ServerClock::default()),
+        "driver-backstop",
+    )
+    .unwrap();
+    let (release, stuck) = crossbeam_channel::bounded::<()>(0);
+    let (entered_tx, entered) = crossbeam_channel::bounded::<()>(1);
+    driver
+        .shared
+        .timer
+        .new_timeout(Duration::ZERO, move |_: &crate::timer::Timeout| {
+            let _ = entered_tx.send(());
+            let _ = stuck.recv();
+        })
+        .unwrap();
+    entered.recv().expect("the wheel runs the slow task");
+    let started = driver.now();
+    assert!(driver.register(
+        "lease",
+        job("lease", Next::Idle),
+        Deadline::After(ms(30)),
+        None
+    ));
+    rounds
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the job ran although the wheel is stuck");
+    let runs = wire.runs_of("lease");
+    assert_eq!(runs.len(), 1);
+    assert!(
+        runs[0] >= started + ms(30),
+        "never early: {runs:?} vs {started:?}"
+    );
+    drop(release);
+    let _ = driver.shutdown(Instant::now() + Duration::from_secs(10));
 }
