@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due (ms, Redis server clock)
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
--- KEYS[3]  redwheel:{N}:wake      channel (only PUBLISHed to)
+-- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
+--                                 cluster knows the script's slot)
 -- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME)
 --          or 'a' (ARGV[2] is an absolute due in epoch ms; a past one is clamped to now)
 -- ARGV[2]  the delay or the due time, a non-negative integer in decimal
@@ -38,6 +39,6 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], dues, ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[3], dues .. ':' .. ARGV[4])
 if head[2] == nil or due < tonumber(head[2]) then
-  redis.call('PUBLISH', KEYS[3], dues)
+  redis.call('SPUBLISH', KEYS[3], dues)
 end
 return due

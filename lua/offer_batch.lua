@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due (ms, Redis server clock)
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
--- KEYS[3]  redwheel:{N}:wake      channel (only PUBLISHed to)
+-- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
+--                                 cluster knows the script's slot)
 -- ARGV[1]  'r' (each time below is a delay in ms, added to the server's TIME) or 'a' (each
 --          is an absolute due in epoch ms; past ones are clamped to now)
 -- ARGV[2]  'k' (ids are the caller's: keep a known id as it is, and reply per message) or
@@ -17,7 +18,7 @@
 --        Error 'ERR redwheel: due overflows' (nothing written) when a due exceeds 2^53 ms.
 --
 -- Invariant: as offer.lua, for every message of the batch (with 'k', an id repeated within
--- the batch is added once); one PUBLISH at most, of the earliest due added, and only when
+-- the batch is added once); one SPUBLISH at most, of the earliest due added, and only when
 -- it is earlier than every due already waiting. Fresh ids skip the HEXISTS per message:
 -- they cannot be known, and writing one twice (a resend) writes the same thing.
 local t = redis.call('TIME')
@@ -68,6 +69,6 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], unpack(zargs))
 redis.call('HSET', KEYS[2], unpack(hargs))
 if head[2] == nil or min_due < tonumber(head[2]) then
-  redis.call('PUBLISH', KEYS[3], string.format('%d', min_due))
+  redis.call('SPUBLISH', KEYS[3], string.format('%d', min_due))
 end
 return reply

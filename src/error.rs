@@ -395,6 +395,10 @@ impl Error {
                 K::Server(S::TryAgain | S::MasterDown | S::ClusterDown | S::ReadOnly) => {
                     (ErrorKind::Unavailable, "redis is failing over")
                 }
+                K::Server(S::Moved | S::Ask) => (
+                    ErrorKind::Unavailable,
+                    "the slot moved to another node of the cluster",
+                ),
                 K::Server(S::NoPerm) => (
                     ErrorKind::PermissionDenied,
                     "the redis user lacks a permission redwheel needs",

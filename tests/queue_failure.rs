@@ -88,7 +88,7 @@ fn delivery_continues_after_the_wake_path_is_cut() {
     // process, so look at its subscription count until it shows.
     let server = within(HANG, move || {
         while !server
-            .cmd(&["PUBSUB", "NUMSUB", "redwheel:{cut}:wake"])
+            .cmd(&["PUBSUB", "SHARDNUMSUB", "redwheel:{cut}:wake"])
             .contains(":1\r\n")
         {
             std::thread::sleep(Duration::from_millis(10));

@@ -180,7 +180,7 @@ fn a_wake_up_that_fires_early_reschedules_instead_of_spinning() {
         .unwrap();
     let server = within(Duration::from_secs(60), move || {
         while !server
-            .cmd(&["PUBSUB", "NUMSUB", "redwheel:{skew}:wake"])
+            .cmd(&["PUBSUB", "SHARDNUMSUB", "redwheel:{skew}:wake"])
             .contains(":1\r\n")
         {
             std::thread::sleep(Duration::from_millis(10));

@@ -18,8 +18,8 @@ const HANG: Duration = Duration::from_secs(60);
 /// known to Redis 7.2 and later only; [`add_user`] drops it for older ones.
 const REDWHEEL_ACL: &str = "resetkeys ~redwheel:* resetchannels &redwheel:* -@all \
      +evalsha +script|load +time +ping +client|setinfo +blmove +zcard +zrange \
-     +subscribe +unsubscribe +punsubscribe \
-     +hexists +hget +hset +hdel +hlen +zadd +zrem +zrangebyscore +rpush +lpop +del +publish";
+     +ssubscribe +sunsubscribe \
+     +hexists +hget +hset +hdel +hlen +zadd +zrem +zrangebyscore +rpush +lpop +del +spublish";
 
 /// Adds ACL user `name` with password `password` and `rules`.
 fn add_user(server: &RedisServer, name: &str, password: &str, rules: &str) {
@@ -106,8 +106,8 @@ fn a_least_privilege_acl_user_runs_every_queue_operation() {
 #[test]
 fn a_missing_permission_is_a_typed_non_transient_error() {
     let server = RedisServer::start();
-    // No PUBLISH: every offer script fails on it.
-    let rules = REDWHEEL_ACL.replace(" +publish", "");
+    // No SPUBLISH: every offer script fails on it.
+    let rules = REDWHEEL_ACL.replace(" +spublish", "");
     add_user(&server, "app", "pw", &rules);
     let rw = Redwheel::connect(&format!("redis://app:pw@127.0.0.1:{}/", server.port())).unwrap();
     let q = rw.queue::<String>("noperm").unwrap();

@@ -484,8 +484,7 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let due: i64 = self
             .rt()
-            .commands
-            .run(Access::Write, |con| {
+            .run(&keys.delayed, Access::Write, |con| {
                 scripts::OFFER
                     .key(&keys.delayed)
                     .key(&keys.msg)
@@ -581,15 +580,15 @@ impl<T: Codec> Queue<T> {
             for (id, ms, bytes) in chunk {
                 inv.arg(*ms).arg(id).arg(bytes.as_ref());
             }
-            let commands = &self.rt().commands;
+            let rt = self.rt();
             if check_ids {
-                let flags: Vec<i64> = commands
-                    .run(Access::Write, |con| inv.invoke(con))
+                let flags: Vec<i64> = rt
+                    .run(&keys.delayed, Access::Write, |con| inv.invoke(con))
                     .map_err(|e| self.tag(e))?;
                 added.extend(flags.into_iter().map(|f| f == 1));
             } else {
-                let _: i64 = commands
-                    .run(Access::Write, |con| inv.invoke(con))
+                let _: i64 = rt
+                    .run(&keys.delayed, Access::Write, |con| inv.invoke(con))
                     .map_err(|e| self.tag(e))?;
                 added.resize(added.len() + chunk.len(), true);
             }
@@ -608,8 +607,7 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let n: i64 = self
             .rt()
-            .commands
-            .run(Access::Write, |con| {
+            .run(&keys.delayed, Access::Write, |con| {
                 scripts::REMOVE
                     .key(&keys.delayed)
                     .key(&keys.msg)
@@ -627,8 +625,7 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let n: i64 = self
             .rt()
-            .commands
-            .run(Access::Read, |con| {
+            .run(&keys.msg, Access::Read, |con| {
                 scripts::LEN.key(&keys.msg).key(&keys.dead).invoke(con)
             })
             .map_err(|e| self.tag(e))?;
@@ -644,8 +641,9 @@ impl<T: Codec> Queue<T> {
     pub fn delayed_len(&self) -> Result<u64, Error> {
         let key = &self.state.keys.delayed;
         self.rt()
-            .commands
-            .run(Access::Read, |con| redis::cmd("ZCARD").arg(key).query(con))
+            .run(key, Access::Read, |con| {
+                redis::cmd("ZCARD").arg(key).query(con)
+            })
             .map_err(|e| self.tag(e))
     }
 
@@ -659,8 +657,7 @@ impl<T: Codec> Queue<T> {
         let stop = i64::try_from(max).unwrap_or(i64::MAX) - 1;
         let ids: Vec<String> = self
             .rt()
-            .commands
-            .run(Access::Read, |con| {
+            .run(key, Access::Read, |con| {
                 redis::cmd("ZRANGE").arg(key).arg(0).arg(stop).query(con)
             })
             .map_err(|e| self.tag(e))?;
@@ -673,8 +670,7 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let n: i64 = self
             .rt()
-            .commands
-            .run(Access::Write, |con| {
+            .run(&keys.delayed, Access::Write, |con| {
                 scripts::CLEAR
                     .key(&keys.delayed)
                     .key(&keys.msg)
@@ -719,9 +715,10 @@ impl<T: Codec> Queue<T> {
             if rt.is_shut_down() {
                 return Err(self.tag(shut_down()));
             }
-            let mut con = match rt.blocking.get() {
-                Ok((c, _)) => c,
+            let mut con = match rt.blocking(&self.state.keys.ready) {
+                Ok(c) => c,
                 Err(e) if e.is_transient() => {
+                    rt.topology_may_have_changed();
                     if !wait_backoff(deadline, &mut backoff) {
                         return Err(self.tag(e));
                     }
@@ -729,13 +726,13 @@ impl<T: Codec> Queue<T> {
                 }
                 Err(e) => return Err(self.tag(e)),
             };
-            match self.take_round(&mut con, deadline, max_block) {
+            match self.take_round(&mut con.con, deadline, max_block) {
                 Ok(Some(raw)) => {
-                    rt.blocking.put(con);
+                    rt.put_blocking(con);
                     return self.decode(raw).map(Some);
                 }
                 Ok(None) => {
-                    rt.blocking.put(con);
+                    rt.put_blocking(con);
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Ok(None);
                     }
@@ -747,6 +744,7 @@ impl<T: Codec> Queue<T> {
                     if !e.is_transient() {
                         return Err(e);
                     }
+                    rt.topology_may_have_changed();
                     // A connection lost while blocked: keep waiting. (Had the
                     // take script run in that instant, its message went with
                     // the reply: at-most-once.)
@@ -849,7 +847,7 @@ impl<T: Codec> Queue<T> {
     /// Puts an undecodable message back as a dead letter; true if it was.
     fn park(&self, id: &str, value: &[u8]) -> bool {
         let keys = &self.state.keys;
-        let parked = self.rt().commands.run(Access::Write, |con| {
+        let parked = self.rt().run(&keys.msg, Access::Write, |con| {
             scripts::PARK
                 .key(&keys.msg)
                 .key(&keys.dead)

@@ -114,6 +114,8 @@ pub(crate) enum Deadline {
 #[derive(Default)]
 pub(crate) struct Commands {
     buf: Vec<u8>,
+    /// Where each command ends in `buf`.
+    ends: Vec<usize>,
     routes: Vec<Arc<str>>,
 }
 
@@ -121,7 +123,14 @@ impl Commands {
     /// Appends one packed command routed by `route`.
     pub(crate) fn push(&mut self, route: &Arc<str>, packed: &[u8]) {
         self.buf.extend_from_slice(packed);
+        self.ends.push(self.buf.len());
         self.routes.push(Arc::clone(route));
+    }
+
+    /// The packed bytes of command `i`.
+    pub(crate) fn command(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.buf[start..self.ends[i]]
     }
 
     /// The packed bytes of every command.
@@ -135,13 +144,13 @@ impl Commands {
     }
 
     /// The routing key of each command, in order.
-    #[allow(dead_code)] // read by a cluster transport
     pub(crate) fn routes(&self) -> &[Arc<str>] {
         &self.routes
     }
 
     fn clear(&mut self) {
         self.buf.clear();
+        self.ends.clear();
         self.routes.clear();
     }
 }
@@ -1091,23 +1100,45 @@ impl<T: Transport> Runner<T> {
                 Err(e) => {
                     entry.failures = entry.failures.saturating_add(1);
                     let failures = entry.failures;
-                    let wait = Backoff::nth(
-                        self.config.job_backoff_min,
-                        self.config.job_backoff_max,
-                        failures,
-                    );
+                    // Redis unreachable for this job (a node failing over, a
+                    // slot moving): retry on the reconnect schedule. Anything
+                    // else will not mend itself soon: back off further.
+                    let wait = if e.is_transient() {
+                        Backoff::nth(
+                            self.config.reconnect_min,
+                            self.config.reconnect_max,
+                            failures,
+                        )
+                    } else {
+                        Backoff::nth(
+                            self.config.job_backoff_min,
+                            self.config.job_backoff_max,
+                            failures,
+                        )
+                    };
                     self.shared
                         .stats
                         .job_failures
                         .fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        target: "redwheel::runtime",
-                        job = %slot.job.describe(),
-                        error = %e,
-                        failures,
-                        retry_in_ms = wait.as_millis() as u64,
-                        "due work failed; will retry"
-                    );
+                    if e.is_transient() && failures > 1 {
+                        tracing::debug!(
+                            target: "redwheel::runtime",
+                            job = %slot.job.describe(),
+                            error = %e,
+                            failures,
+                            retry_in_ms = wait.as_millis() as u64,
+                            "due work failed again; will retry"
+                        );
+                    } else {
+                        tracing::warn!(
+                            target: "redwheel::runtime",
+                            job = %slot.job.describe(),
+                            error = %e,
+                            failures,
+                            retry_in_ms = wait.as_millis() as u64,
+                            "due work failed; will retry"
+                        );
+                    }
                     self.shared
                         .arm_earlier(&mut st, slot.index, now.saturating_add(wait), now);
                 }

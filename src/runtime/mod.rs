@@ -25,6 +25,7 @@
 //! * the subscriber thread.
 
 mod backoff;
+mod cluster;
 pub(crate) mod driver;
 mod pool;
 mod server_clock;
@@ -41,11 +42,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 pub(crate) use self::backoff::Backoff;
+use self::cluster::{Cluster, ClusterTransport, Node};
 pub use self::driver::DriverStats;
+use self::driver::Transport;
 pub(crate) use self::driver::{Commands, Deadline, Driver, DriverConfig, Job, Next};
 use self::pool::NodeTransport;
 pub(crate) use self::pool::{Conn, Endpoint, Pool, shut_down};
-use self::server_clock::ServerClock;
+use self::server_clock::{ClockSample, ServerClock};
+use self::subscriber::{Locator, SingleNode};
 pub(crate) use self::subscriber::{Subscriber, Subscription};
 use crate::error::{Access, Error, ErrorKind};
 use crate::timer::SystemClock;
@@ -245,7 +249,7 @@ impl Drop for Handle {
 impl fmt::Debug for Redwheel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Redwheel")
-            .field("addr", &self.handle.rt.endpoint.addr())
+            .field("addr", &self.handle.rt.addr)
             .field("shut_down", &self.handle.rt.is_shut_down())
             .finish_non_exhaustive()
     }
@@ -254,11 +258,9 @@ impl fmt::Debug for Redwheel {
 /// What the handles and the layers above share.
 pub(crate) struct Runtime {
     pub(crate) options: RedwheelOptions,
-    endpoint: Arc<Endpoint>,
-    /// Short commands.
-    pub(crate) commands: Pool,
-    /// Blocking reads.
-    pub(crate) blocking: Pool,
+    backend: Backend,
+    /// What it is connected to, for messages.
+    addr: String,
     pub(crate) driver: Driver,
     pub(crate) subscriber: Arc<Subscriber>,
     server_clock: Arc<ServerClock>,
@@ -287,18 +289,71 @@ impl Redwheel {
     pub fn connect_with(url: &str, options: RedwheelOptions) -> Result<Redwheel, Error> {
         options.validate()?;
         let endpoint = Arc::new(Endpoint::new(url, &options)?);
+        let backend = Backend::Node {
+            commands: Pool::new(
+                Arc::clone(&endpoint),
+                options.command_timeout,
+                options.max_idle_connections,
+            ),
+            blocking: Pool::new(
+                Arc::clone(&endpoint),
+                options.max_block + options.command_timeout,
+                options.max_idle_connections,
+            ),
+        };
+        let transport = NodeTransport::new(Arc::clone(&endpoint), options.command_timeout);
+        let locator = Arc::new(SingleNode(Arc::clone(&endpoint)));
+        Redwheel::start(
+            endpoint.addr().to_owned(),
+            backend,
+            transport,
+            locator,
+            options,
+        )
+    }
+
+    /// Connects to a Redis Cluster through any of `seeds` (URLs of some of
+    /// its nodes, `redis://…` or, with the `tls` feature, `rediss://…`; the
+    /// first one's credentials and TLS settings are used for every node),
+    /// with default options.
+    ///
+    /// Every queue and its keys live in the slot of the queue's `{hash
+    /// tag}`, so queues spread over the masters and every script touches
+    /// one slot. Commands go to the master serving the slot, following
+    /// `MOVED` and `ASK`, waiting out `TRYAGAIN` (a slot being migrated)
+    /// and a failover within `command_timeout`. Needs Redis 7.0 or later
+    /// (sharded pub/sub).
+    pub fn connect_cluster(seeds: &[&str]) -> Result<Redwheel, Error> {
+        Redwheel::connect_cluster_with(seeds, RedwheelOptions::default())
+    }
+
+    /// As [`connect_cluster`](Redwheel::connect_cluster), with options.
+    pub fn connect_cluster_with(
+        seeds: &[&str],
+        options: RedwheelOptions,
+    ) -> Result<Redwheel, Error> {
+        options.validate()?;
+        let cluster = Cluster::connect(seeds, &options)?;
+        let masters: Vec<String> = cluster.masters().iter().map(|n| n.addr.clone()).collect();
+        let addr = format!(
+            "cluster of {} masters ({})",
+            masters.len(),
+            masters.join(", ")
+        );
+        let transport = ClusterTransport::new(Arc::clone(&cluster), options.command_timeout);
+        let locator: Arc<dyn Locator> = Arc::clone(&cluster) as Arc<dyn Locator>;
+        Redwheel::start(addr, Backend::Cluster(cluster), transport, locator, options)
+    }
+
+    fn start(
+        addr: String,
+        backend: Backend,
+        transport: impl Transport,
+        locator: Arc<dyn Locator>,
+        options: RedwheelOptions,
+    ) -> Result<Redwheel, Error> {
         let clock = SystemClock::new();
         let server_clock = Arc::new(ServerClock::default());
-        let commands = Pool::new(
-            Arc::clone(&endpoint),
-            options.command_timeout,
-            options.max_idle_connections,
-        );
-        let blocking = Pool::new(
-            Arc::clone(&endpoint),
-            options.max_block + options.command_timeout,
-            options.max_idle_connections,
-        );
         let driver = Driver::start(
             DriverConfig {
                 reconnect_min: options.reconnect_min,
@@ -306,32 +361,24 @@ impl Redwheel {
                 clock_refresh: Some(options.clock_refresh),
                 ..DriverConfig::default()
             },
-            NodeTransport::new(Arc::clone(&endpoint), options.command_timeout),
+            transport,
             clock,
             Arc::clone(&server_clock),
             "redwheel-driver",
         )?;
-        // Fail fast when Redis is unreachable or refuses us; keep the
-        // connection, and measure the server's clock on it.
-        let (mut con, _) = commands.get()?;
-        let now = || driver.now();
-        let sample = server_clock::measure(&mut con, &now).map_err(|e| {
-            let e = Error::from_redis(e, Access::Read);
-            let what = format!("redis at {} did not answer TIME", endpoint.addr());
-            Error::new(e.kind(), what).with_cause(e)
-        })?;
+        // Fail fast when Redis is unreachable or refuses us, and measure
+        // the server's clock.
+        let sample = backend.measure_clock(&|| driver.now())?;
         server_clock.set(sample);
-        commands.put(con);
         let (subscriber, subscriber_thread) = Subscriber::start(
-            Arc::clone(&endpoint),
-            Backoff::new(options.reconnect_min, options.reconnect_max),
+            locator,
+            (options.reconnect_min, options.reconnect_max),
             options.command_timeout,
         )?;
         let rt = Arc::new(Runtime {
             options,
-            endpoint,
-            commands,
-            blocking,
+            backend,
+            addr,
             driver,
             subscriber,
             server_clock,
@@ -378,7 +425,87 @@ impl Redwheel {
     }
 }
 
+/// What a `Redwheel` is connected to.
+pub(crate) enum Backend {
+    /// One server.
+    Node { commands: Pool, blocking: Pool },
+    /// A Redis Cluster.
+    Cluster(Arc<Cluster>),
+}
+
+impl Backend {
+    /// Measures the server clock (on one of the masters of a cluster:
+    /// their clocks are the machines').
+    fn measure_clock(&self, now: &dyn Fn() -> Duration) -> Result<ClockSample, Error> {
+        let measure = |con: &mut Conn| server_clock::measure(con, now);
+        match self {
+            Backend::Node { commands, .. } => commands.run(Access::Read, measure),
+            Backend::Cluster(c) => {
+                let node = c.masters().into_iter().next().ok_or_else(|| {
+                    Error::new(ErrorKind::Unavailable, "the cluster has no master")
+                })?;
+                node.commands.run(Access::Read, measure)
+            }
+        }
+    }
+}
+
+/// A blocking connection and the node whose pool it goes back to.
+pub(crate) struct Blocking {
+    pub(crate) con: Conn,
+    node: Option<Arc<Node>>,
+}
+
 impl Runtime {
+    /// Runs `f` (a command or script whose keys share `route`'s slot) on a
+    /// connection to the node serving `route`, within `command_timeout`.
+    pub(crate) fn run<R>(
+        &self,
+        route: &str,
+        access: Access,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<R, Error> {
+        match &self.backend {
+            Backend::Node { commands, .. } => commands.run(access, f),
+            Backend::Cluster(c) => c.run(route.as_bytes(), access, f),
+        }
+    }
+
+    /// A connection for a blocking read of `route` (on the node serving
+    /// it); give it back with [`put_blocking`](Runtime::put_blocking).
+    pub(crate) fn blocking(&self, route: &str) -> Result<Blocking, Error> {
+        match &self.backend {
+            Backend::Node { blocking, .. } => {
+                let (con, _) = blocking.get()?;
+                Ok(Blocking { con, node: None })
+            }
+            Backend::Cluster(c) => {
+                let (con, node) = c.blocking(route.as_bytes())?;
+                Ok(Blocking {
+                    con,
+                    node: Some(node),
+                })
+            }
+        }
+    }
+
+    /// Keeps a healthy blocking connection for reuse.
+    pub(crate) fn put_blocking(&self, b: Blocking) {
+        match (&self.backend, b.node) {
+            (Backend::Node { blocking, .. }, _) => blocking.put(b.con),
+            (Backend::Cluster(_), Some(node)) => node.blocking.put(b.con),
+            (Backend::Cluster(_), None) => {}
+        }
+    }
+
+    /// A command failed in a way that may mean the slot map is stale (a
+    /// redirect, a node down): look again (a no-op on one server).
+    pub(crate) fn topology_may_have_changed(&self) {
+        if let Backend::Cluster(c) = &self.backend {
+            c.request_refresh();
+        }
+    }
+
     pub(crate) fn is_shut_down(&self) -> bool {
         self.shut_down.load(Ordering::SeqCst)
     }
@@ -427,8 +554,13 @@ impl Runtime {
         let deadline = Instant::now() + timeout;
         self.subscriber.stop();
         let driver = self.driver.shutdown(deadline);
-        self.commands.close();
-        self.blocking.close();
+        match &self.backend {
+            Backend::Node { commands, blocking } => {
+                commands.close();
+                blocking.close();
+            }
+            Backend::Cluster(c) => c.close(),
+        }
         // The subscriber notices within its poll interval (100 ms).
         let sub = self.subscriber_thread.lock().take();
         let mut sub_done = true;

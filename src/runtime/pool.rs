@@ -20,8 +20,10 @@ use crate::error::{Access, Error, ErrorKind};
 /// Where connections go, and how they are opened.
 pub(crate) struct Endpoint {
     client: Client,
-    /// `host:port` (never the password), for messages.
+    /// `host:port`, with " (TLS)" for TLS (never the password), for messages.
     addr: String,
+    /// `host:port`.
+    host_port: String,
     connect_timeout: Duration,
 }
 
@@ -77,15 +79,22 @@ impl Endpoint {
         } else {
             Client::open(url).map_err(invalid)?
         };
-        let addr = match client.get_connection_info().addr() {
-            redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-            redis::ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port} (TLS)"),
-            redis::ConnectionAddr::Unix(path) => path.display().to_string(),
-            other => format!("{other:?}"),
+        let (host_port, addr) = match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port) => {
+                (format!("{host}:{port}"), format!("{host}:{port}"))
+            }
+            redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                (format!("{host}:{port}"), format!("{host}:{port} (TLS)"))
+            }
+            redis::ConnectionAddr::Unix(path) => {
+                (path.display().to_string(), path.display().to_string())
+            }
+            other => (format!("{other:?}"), format!("{other:?}")),
         };
         Ok(Endpoint {
             client,
             addr,
+            host_port,
             connect_timeout: options.connect_timeout,
         })
     }
@@ -93,6 +102,11 @@ impl Endpoint {
     /// `host:port` of the server, for messages.
     pub(crate) fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// `host:port` of the server.
+    pub(crate) fn host_port(&self) -> &str {
+        &self.host_port
     }
 
     /// Opens a raw connection whose reads and writes time out after
@@ -278,17 +292,27 @@ impl Pool {
     pub(crate) fn run<R>(
         &self,
         access: Access,
-        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, Error> {
+        self.try_run(f).map_err(|a| a.into_error(access))
+    }
+
+    /// As [`run`](Pool::run), telling a command that was never sent (no
+    /// connection) from one that failed (a redis error, possibly a
+    /// redirect to follow).
+    pub(crate) fn try_run<R>(
+        &self,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<R, Attempt> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(shut_down());
+            return Err(Attempt::NotSent(shut_down()));
         }
         let started = Instant::now();
         let idle = self.idle.lock().pop();
         let was_idle = idle.is_some();
         let mut con = match idle {
             Some(c) => c,
-            None => self.open_within(started)?,
+            None => self.open_within(started).map_err(Attempt::NotSent)?,
         };
         match f(&mut con) {
             Ok(r) => {
@@ -301,12 +325,12 @@ impl Pool {
                 // be reached again, it is down: nothing was written.
                 drop(con);
                 self.clear();
-                let mut con = self.open_within(started)?;
-                let r = f(&mut con).map_err(|e| Error::from_redis(e, access))?;
+                let mut con = self.open_within(started).map_err(Attempt::NotSent)?;
+                let r = f(&mut con).map_err(Attempt::Failed)?;
                 self.put_back(con, false);
                 Ok(r)
             }
-            Err(e) => Err(Error::from_redis(e, access)),
+            Err(e) => Err(Attempt::Failed(e)),
         }
     }
 
@@ -402,6 +426,24 @@ impl Transport for NodeTransport {
                 self.con = None;
                 None
             }
+        }
+    }
+}
+
+/// How a command on a pooled connection failed.
+pub(crate) enum Attempt {
+    /// No connection could be had: the command was not sent.
+    NotSent(Error),
+    /// Redis (or the connection) failed the command.
+    Failed(redis::RedisError),
+}
+
+impl Attempt {
+    /// The caller's error, given whether the command writes.
+    pub(crate) fn into_error(self, access: Access) -> Error {
+        match self {
+            Attempt::NotSent(e) => e,
+            Attempt::Failed(e) => Error::from_redis(e, access),
         }
     }
 }

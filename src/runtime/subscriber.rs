@@ -1,8 +1,22 @@
-//! The subscriber: one pub/sub connection for every channel the runtime's
-//! users listen to (wake-ups announcing earlier deadlines, unlock
-//! notices), reconnected with backoff and resubscribed. After each
-//! (re)subscribe, every channel's `on_subscribed` runs: whatever was
-//! published while the subscription was not in effect was missed.
+//! The subscriber: sharded pub/sub (`SSUBSCRIBE`) for every channel the
+//! runtime's users listen to (wake-ups announcing earlier deadlines, unlock
+//! notices), one connection per node that serves channels: the one server,
+//! or each master of a cluster, listening to the channels of its slots.
+//!
+//! Sharded pub/sub, not classic: in a cluster a classic `PUBLISH` is copied
+//! to every node over the cluster bus, while `SPUBLISH` stays in the shard
+//! that owns the channel's slot, so announcements cost the same however
+//! many masters there are; on one server the two behave alike. (It needs
+//! Redis 7.0.)
+//!
+//! A supervisor thread keeps one listener thread per node. Each listener
+//! subscribes to the channels whose slot its node serves, re-reads that
+//! assignment when channels are added or the slot map changes, reconnects
+//! with backoff and resubscribes. When a subscription takes effect (first
+//! time, or again after a reconnect or a move), the channel's
+//! `on_subscribed` runs: whatever was published meanwhile was missed. When
+//! Redis drops a subscription because its slot moved away, the slot map is
+//! refreshed and the channel is subscribed where it went.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -11,52 +25,91 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use redis::Value;
 
 use super::backoff::Backoff;
+use super::cluster::slot;
 use super::pool::Endpoint;
-use crate::error::{Error, ErrorKind};
+use crate::error::{Access, Error, ErrorKind};
 
 /// A callback given each message's payload.
 pub(crate) type OnMessage = Box<dyn Fn(&[u8]) + Send + Sync>;
 
 /// What to do with one channel's messages.
 pub(crate) struct Subscription {
-    /// Called with each message's payload, on the subscriber thread: keep
-    /// it short (schedule, do not wait).
+    /// Called with each message's payload, on a subscriber thread: keep it
+    /// short (schedule, do not wait).
     pub on_message: OnMessage,
-    /// Called once the subscription is in effect (after the first
-    /// subscribe and after every resubscribe): a message published before
-    /// that was missed.
+    /// Called each time the subscription takes effect (the first
+    /// subscribe, and every resubscribe): a message published before that
+    /// was missed.
     pub on_subscribed: Box<dyn Fn() + Send + Sync>,
 }
 
-/// How long the subscriber blocks on its socket before it looks for new
-/// channels and for shutdown again.
+/// Where channels live.
+pub(crate) trait Locator: Send + Sync + 'static {
+    /// The nodes to listen on now: (`host:port`, endpoint).
+    fn nodes(&self) -> Vec<(String, Arc<Endpoint>)>;
+    /// The node (`host:port`) serving `channel`'s slot, if known.
+    fn owner(&self, channel: &str) -> Option<String>;
+    /// Changes whenever `nodes` or `owner` may answer differently.
+    fn generation(&self) -> u64;
+    /// Asks for a fresh slot map (a subscription moved away).
+    fn refresh(&self);
+}
+
+/// One server serves every channel.
+pub(crate) struct SingleNode(pub(crate) Arc<Endpoint>);
+
+impl Locator for SingleNode {
+    fn nodes(&self) -> Vec<(String, Arc<Endpoint>)> {
+        vec![(self.0.host_port().to_owned(), Arc::clone(&self.0))]
+    }
+
+    fn owner(&self, _channel: &str) -> Option<String> {
+        Some(self.0.host_port().to_owned())
+    }
+
+    fn generation(&self) -> u64 {
+        0
+    }
+
+    fn refresh(&self) {}
+}
+
+/// How long a listener blocks on its socket before it looks for new
+/// channels, a new slot map and shutdown again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// The channel registry, shared with the subscriber thread.
+/// The channel registry, shared with the subscriber threads.
 pub(crate) struct Subscriber {
     channels: RwLock<HashMap<String, Arc<Subscription>>>,
     generation: AtomicU64,
     stopping: AtomicBool,
+    locator: Arc<dyn Locator>,
+    reconnect: (Duration, Duration),
+    command_timeout: Duration,
 }
 
 impl Subscriber {
-    /// Starts the subscriber thread.
+    /// Starts the supervisor thread (which starts the listeners).
     pub(crate) fn start(
-        endpoint: Arc<Endpoint>,
-        reconnect: Backoff,
+        locator: Arc<dyn Locator>,
+        reconnect: (Duration, Duration),
         command_timeout: Duration,
     ) -> Result<(Arc<Subscriber>, JoinHandle<()>), Error> {
         let sub = Arc::new(Subscriber {
             channels: RwLock::new(HashMap::new()),
             generation: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
+            locator,
+            reconnect,
+            command_timeout,
         });
         let s = Arc::clone(&sub);
         let handle = thread::Builder::new()
             .name("redwheel-subscriber".to_owned())
-            .spawn(move || run(&s, &endpoint, reconnect, command_timeout))
+            .spawn(move || supervise(&s))
             .map_err(|e| {
                 Error::new(ErrorKind::Spawn, "could not start the subscriber thread").with_cause(e)
             })?;
@@ -72,7 +125,7 @@ impl Subscriber {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Asks the thread to end (within [`POLL`]).
+    /// Asks every thread to end (within [`POLL`]).
     pub(crate) fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
     }
@@ -82,93 +135,209 @@ impl Subscriber {
     }
 }
 
-fn run(sub: &Subscriber, endpoint: &Endpoint, mut backoff: Backoff, command_timeout: Duration) {
+/// Keeps one listener per node until shutdown, then joins them.
+fn supervise(sub: &Arc<Subscriber>) {
+    let mut listeners: HashMap<String, JoinHandle<()>> = HashMap::new();
+    while !sub.stopping() {
+        for (addr, endpoint) in sub.locator.nodes() {
+            let running = listeners.get(&addr).is_some_and(|h| !h.is_finished());
+            if running {
+                continue;
+            }
+            if let Some(h) = listeners.remove(&addr) {
+                let _ = h.join();
+            }
+            let s = Arc::clone(sub);
+            let a = addr.clone();
+            match thread::Builder::new()
+                .name("redwheel-listener".to_owned())
+                .spawn(move || listen_to(&s, &a, &endpoint))
+            {
+                Ok(h) => {
+                    listeners.insert(addr, h);
+                }
+                Err(e) => {
+                    tracing::error!(target: "redwheel::runtime", error = %e, "could not start a subscriber thread; retrying");
+                }
+            }
+        }
+        thread::sleep(POLL);
+    }
+    for (_, h) in listeners {
+        let _ = h.join();
+    }
+    tracing::debug!(target: "redwheel::runtime", "subscriber threads end");
+}
+
+/// One node's listener: connects, subscribes, dispatches; reconnects with
+/// backoff; ends when the node no longer serves channels, or at shutdown.
+fn listen_to(sub: &Subscriber, addr: &str, endpoint: &Endpoint) {
+    let mut backoff = Backoff::new(sub.reconnect.0, sub.reconnect.1);
     let mut failing = false;
     while !sub.stopping() {
+        if !sub.locator.nodes().iter().any(|(a, _)| a == addr) {
+            return;
+        }
         let result = endpoint
-            .open_raw(command_timeout, POLL)
+            .open_raw(sub.command_timeout, POLL)
             .and_then(|mut con| {
-                listen(sub, &mut con, command_timeout, &mut || {
+                listen(sub, addr, &mut con, &mut || {
                     backoff.reset();
                     if failing {
                         failing = false;
-                        tracing::info!(target: "redwheel::runtime", "subscriber reconnected");
+                        tracing::info!(target: "redwheel::runtime", node = addr, "subscriber reconnected");
                     }
                 })
-                .map_err(|e| Error::from_redis(e, crate::error::Access::Read))
+                .map_err(|e| Error::from_redis(e, Access::Read))
             });
-        if let Err(e) = result {
-            let wait = backoff.step();
-            if failing {
-                tracing::debug!(target: "redwheel::runtime", error = %e, retry_in_ms = wait.as_millis() as u64, "subscriber: still cannot reach redis");
-            } else {
-                failing = true;
-                tracing::warn!(target: "redwheel::runtime", error = %e, retry_in_ms = wait.as_millis() as u64, "subscriber connection lost; reconnecting");
-            }
-            if !sub.stopping() {
-                thread::sleep(wait);
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                let wait = backoff.step();
+                if failing {
+                    tracing::debug!(target: "redwheel::runtime", node = addr, error = %e, retry_in_ms = wait.as_millis() as u64, "subscriber: still cannot reach redis");
+                } else {
+                    failing = true;
+                    tracing::warn!(target: "redwheel::runtime", node = addr, error = %e, retry_in_ms = wait.as_millis() as u64, "subscriber connection lost; reconnecting");
+                }
+                sub.locator.refresh();
+                if !sub.stopping() {
+                    thread::sleep(wait);
+                }
             }
         }
     }
-    tracing::debug!(target: "redwheel::runtime", "subscriber thread ends");
 }
 
-/// Subscribes to every registered channel and dispatches messages until
-/// the connection fails (`Err`) or shutdown (`Ok`). `connected` runs once
-/// the first subscriptions are in effect.
+/// Packs `SSUBSCRIBE`/`SUNSUBSCRIBE` of `channels`, one command per slot
+/// (a cluster refuses channels of several slots in one command).
+fn pack_by_slot(command: &str, channels: &[&String]) -> (Vec<u8>, usize) {
+    let mut by_slot: HashMap<u16, Vec<&String>> = HashMap::new();
+    for ch in channels {
+        by_slot.entry(slot(ch.as_bytes())).or_default().push(ch);
+    }
+    let mut packed = Vec::new();
+    let n = by_slot.len();
+    for (_, group) in by_slot {
+        packed.extend(redis::cmd(command).arg(group).get_packed_command());
+    }
+    (packed, n)
+}
+
+/// Subscribes to this node's channels and dispatches messages until the
+/// connection fails (`Err`), or shutdown or the node stops serving channels
+/// (`Ok`). `connected` runs once the connection works.
 fn listen(
     sub: &Subscriber,
+    addr: &str,
     con: &mut redis::Connection,
-    command_timeout: Duration,
     connected: &mut dyn FnMut(),
 ) -> redis::RedisResult<()> {
-    con.set_write_timeout(Some(command_timeout))?;
-    let mut ps = con.as_pubsub();
+    con.set_write_timeout(Some(sub.command_timeout))?;
     let mut handlers: HashMap<String, Arc<Subscription>> = HashMap::new();
+    // Channels subscribed, and asked for but not yet confirmed.
     let mut subscribed: HashSet<String> = HashSet::new();
-    let mut seen = u64::MAX;
+    let mut pending: HashSet<String> = HashSet::new();
+    let mut seen = (u64::MAX, u64::MAX);
     let mut announced = false;
     loop {
         if sub.stopping() {
             return Ok(());
         }
-        let generation = sub.generation.load(Ordering::SeqCst);
-        if generation != seen {
-            seen = generation;
-            let current: Vec<(String, Arc<Subscription>)> = sub
+        let now = (
+            sub.generation.load(Ordering::SeqCst),
+            sub.locator.generation(),
+        );
+        if now != seen {
+            seen = now;
+            if !sub.locator.nodes().iter().any(|(a, _)| a == addr) {
+                return Ok(());
+            }
+            handlers = sub
                 .channels
                 .read()
                 .iter()
-                .map(|(k, v)| (k.clone(), Arc::clone(v)))
+                .filter(|(ch, _)| sub.locator.owner(ch).as_deref() == Some(addr))
+                .map(|(ch, s)| (ch.clone(), Arc::clone(s)))
                 .collect();
-            let mut new = Vec::new();
-            for (channel, s) in current {
-                if subscribed.insert(channel.clone()) {
-                    new.push(channel.clone());
-                }
-                handlers.insert(channel, s);
+            let add: Vec<&String> = handlers
+                .keys()
+                .filter(|ch| !subscribed.contains(*ch) && !pending.contains(*ch))
+                .collect();
+            if !add.is_empty() {
+                let (packed, _) = pack_by_slot("SSUBSCRIBE", &add);
+                con.send_packed_command(&packed)?;
+                pending.extend(add.into_iter().cloned());
             }
-            for chunk in new.chunks(1_000) {
-                ps.subscribe(chunk)?;
-                for channel in chunk {
-                    if let Some(h) = handlers.get(channel) {
-                        (h.on_subscribed)();
-                    }
-                }
+            let drop_: Vec<&String> = subscribed
+                .iter()
+                .chain(pending.iter())
+                .filter(|ch| !handlers.contains_key(*ch))
+                .collect();
+            if !drop_.is_empty() {
+                let (packed, _) = pack_by_slot("SUNSUBSCRIBE", &drop_);
+                con.send_packed_command(&packed)?;
             }
         }
         if !announced {
             announced = true;
             connected();
         }
-        match ps.get_message() {
-            Ok(msg) => {
-                if let Some(h) = handlers.get(msg.get_channel_name()) {
-                    (h.on_message)(msg.get_payload_bytes());
+        let reply = match con.recv_response() {
+            Ok(v) => v,
+            Err(e) if e.is_timeout() => continue,
+            Err(e) => return Err(e),
+        };
+        let items = match reply {
+            Value::Array(items) => items,
+            Value::Push { kind, data } => {
+                let mut items = vec![Value::BulkString(kind.to_string().into_bytes())];
+                items.extend(data);
+                items
+            }
+            Value::ServerError(e) => {
+                // A subscription refused (`MOVED`: the slot map is stale).
+                tracing::debug!(target: "redwheel::runtime", node = addr, error = ?e, "subscriber: a subscription was refused");
+                sub.locator.refresh();
+                pending.clear();
+                seen = (u64::MAX, u64::MAX);
+                continue;
+            }
+            _ => continue,
+        };
+        let text = |v: Option<&Value>| match v {
+            Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+            Some(Value::SimpleString(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let (Some(kind), Some(channel)) = (text(items.first()), text(items.get(1))) else {
+            continue;
+        };
+        match kind.as_str() {
+            "smessage" | "message" => {
+                if let (Some(h), Some(Value::BulkString(payload))) =
+                    (handlers.get(&channel), items.get(2))
+                {
+                    (h.on_message)(payload);
                 }
             }
-            Err(e) if e.is_timeout() => {}
-            Err(e) => return Err(e),
+            "ssubscribe" => {
+                pending.remove(&channel);
+                subscribed.insert(channel.clone());
+                if let Some(h) = handlers.get(&channel) {
+                    (h.on_subscribed)();
+                }
+            }
+            "sunsubscribe" => {
+                subscribed.remove(&channel);
+                pending.remove(&channel);
+                if handlers.contains_key(&channel) {
+                    // Not asked for: its slot moved to another node.
+                    sub.locator.refresh();
+                    seen = (u64::MAX, u64::MAX);
+                }
+            }
+            _ => {}
         }
     }
 }

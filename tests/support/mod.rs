@@ -10,6 +10,8 @@
 //! test is panicking, the server log is printed first.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -201,19 +203,39 @@ impl RedisServer {
         );
     }
 
-    /// Runs one command on a fresh connection and returns the reply as
-    /// text (via `redis-cli`-free raw RESP).
+    /// Runs one command on a fresh connection and returns the whole reply
+    /// as raw RESP text. Panics if the server cannot be reached.
     pub fn cmd(&self, args: &[&str]) -> String {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        self.try_cmd(args)
+            .unwrap_or_else(|| panic!("redis-server on port {} did not answer {args:?}", self.port))
+    }
+
+    /// As [`cmd`](RedisServer::cmd), `None` if the server cannot be reached.
+    pub fn try_cmd(&self, args: &[&str]) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         let mut req = format!("*{}\r\n", args.len());
         for a in args {
             req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
         }
-        s.write_all(req.as_bytes()).unwrap();
-        let mut buf = [0u8; 4096];
-        let n = s.read(&mut buf).unwrap();
-        String::from_utf8_lossy(&buf[..n]).into_owned()
+        s.write_all(req.as_bytes()).ok()?;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            if resp_len(&buf).is_some() {
+                return Some(String::from_utf8_lossy(&buf).into_owned());
+            }
+            let n = s.read(&mut chunk).ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// True while the server process runs.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// `INFO section`, whole.
@@ -311,6 +333,32 @@ impl Drop for RedisServer {
         }
         self.kill();
         let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The length of the first complete RESP value in `buf`, if complete.
+fn resp_len(buf: &[u8]) -> Option<usize> {
+    let eol = buf.windows(2).position(|w| w == b"\r\n")?;
+    let head = std::str::from_utf8(&buf[1..eol]).ok()?;
+    match buf.first()? {
+        b'+' | b'-' | b':' => Some(eol + 2),
+        b'$' => {
+            let n: i64 = head.parse().ok()?;
+            if n < 0 {
+                return Some(eol + 2);
+            }
+            let end = eol + 2 + n as usize + 2;
+            (buf.len() >= end).then_some(end)
+        }
+        b'*' => {
+            let n: i64 = head.parse().ok()?;
+            let mut at = eol + 2;
+            for _ in 0..n.max(0) {
+                at += resp_len(&buf[at..])?;
+            }
+            Some(at)
+        }
+        _ => None,
     }
 }
 
