@@ -100,6 +100,11 @@ pub enum ErrorKind {
     ///
     /// [`Queue::offer_with_id`]: crate::Queue::offer_with_id
     OutcomeUnknown,
+    /// The write reached the master, but fewer replicas than
+    /// `QueueOptions::wait_replicas` asked for confirmed it in time: a
+    /// failover now could lose it. Transient; retry with an id of your own
+    /// ([`Queue::offer_with_id`](crate::Queue::offer_with_id)).
+    NotReplicated,
     /// Redis refused the credentials (wrong user or password, or none
     /// given to a server that requires them). Not transient.
     Authentication,
@@ -139,6 +144,7 @@ impl ErrorKind {
             ErrorKind::Decode => "decoding failed",
             ErrorKind::Unavailable => "redis unavailable",
             ErrorKind::OutcomeUnknown => "outcome unknown",
+            ErrorKind::NotReplicated => "not replicated",
             ErrorKind::Authentication => "authentication failed",
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::Tls => "tls failure",
@@ -231,14 +237,14 @@ impl Error {
     }
 
     /// True when the same call may succeed later: Redis unreachable, timed
-    /// out, loading or failing over ([`ErrorKind::Unavailable`] and
-    /// [`ErrorKind::OutcomeUnknown`]). For `OutcomeUnknown` the write may
+    /// out, loading or failing over ([`ErrorKind::Unavailable`],
+    /// [`ErrorKind::OutcomeUnknown`] and [`ErrorKind::NotReplicated`]). For `OutcomeUnknown` the write may
     /// have happened: retry offers with an id
     /// ([`Queue::offer_with_id`](crate::Queue::offer_with_id)).
     pub fn is_transient(&self) -> bool {
         matches!(
             self.inner.kind,
-            ErrorKind::Unavailable | ErrorKind::OutcomeUnknown
+            ErrorKind::Unavailable | ErrorKind::OutcomeUnknown | ErrorKind::NotReplicated
         )
     }
 

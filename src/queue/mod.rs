@@ -77,6 +77,7 @@ pub struct QueueOptions {
     pub(crate) transfer_batch: usize,
     pub(crate) guard_interval: Duration,
     pub(crate) max_payload_bytes: usize,
+    pub(crate) wait_replicas: Option<(u32, Duration)>,
 }
 
 impl Default for QueueOptions {
@@ -85,6 +86,7 @@ impl Default for QueueOptions {
             transfer_batch: 1_000,
             guard_interval: Duration::from_secs(1),
             max_payload_bytes: 1 << 20,
+            wait_replicas: None,
         }
     }
 }
@@ -114,6 +116,21 @@ impl QueueOptions {
         self
     }
 
+    /// Durability for replicated deployments: every offer (and each chunk
+    /// of a batch offer) returns only once Redis confirms (`WAIT replicas
+    /// timeout`) that at least `replicas` replicas received it, and fails
+    /// with [`ErrorKind::NotReplicated`] otherwise (the message is then on
+    /// the master, but a failover may lose it; retry with
+    /// [`Queue::offer_with_id`]). Without it, an offer acknowledged just
+    /// before its master dies can be lost: Redis replicates
+    /// asynchronously. `timeout` is 1 ms ..= 60 s and must leave room within
+    /// [`command_timeout`](crate::RedwheelOptions::command_timeout).
+    /// Default: no waiting.
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = Some((replicas, timeout));
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), Error> {
         let bad = |name: &str, reason: String| {
             Err(Error::new(
@@ -133,6 +150,16 @@ impl QueueOptions {
             return bad(
                 "guard_interval",
                 format!("{:?} is not within 10 ms ..= 1 day", self.guard_interval),
+            );
+        }
+        if let Some((n, timeout)) = self.wait_replicas
+            && (n == 0 || timeout < Duration::from_millis(1) || timeout > Duration::from_secs(60))
+        {
+            return bad(
+                "wait_replicas",
+                format!(
+                    "{n} replicas within {timeout:?}: needs at least 1 replica and 1 ms ..= 60 s"
+                ),
             );
         }
         if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_LIMIT {
@@ -235,6 +262,7 @@ pub struct Queue<T> {
     rw: Redwheel,
     state: Arc<QueueState>,
     max_payload: usize,
+    wait_replicas: Option<(u32, Duration)>,
     _payload: PhantomData<fn(T) -> T>,
 }
 
@@ -244,6 +272,7 @@ impl<T> Clone for Queue<T> {
             rw: self.rw.clone(),
             state: Arc::clone(&self.state),
             max_payload: self.max_payload,
+            wait_replicas: self.wait_replicas,
             _payload: PhantomData,
         }
     }
@@ -297,6 +326,18 @@ impl Redwheel {
                 )
                 .in_queue(name)
             })?;
+        if let Some((_, timeout)) = options.wait_replicas
+            && timeout + Duration::from_millis(100) > rt.options.command_timeout
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidOption,
+                format!(
+                    "invalid option `wait_replicas`: a timeout of {timeout:?} leaves no room within the command timeout of {:?}",
+                    rt.options.command_timeout
+                ),
+            )
+            .in_queue(name));
+        }
         if created {
             open_transfer(rt, &state, &options);
         }
@@ -304,6 +345,7 @@ impl Redwheel {
             rw: self.clone(),
             state,
             max_payload: options.max_payload_bytes,
+            wait_replicas: options.wait_replicas,
             _payload: PhantomData,
         })
     }
@@ -482,10 +524,10 @@ impl<T: Codec> Queue<T> {
     /// Adds one message; true if added, false if the id was known.
     fn offer_raw(&self, mode: &str, value: u64, id: &str, bytes: &[u8]) -> Result<bool, Error> {
         let keys = &self.state.keys;
-        let due: i64 = self
+        let (due, replicas): (i64, Option<i64>) = self
             .rt()
             .run(&keys.delayed, Access::Write, |con| {
-                scripts::OFFER
+                let due = scripts::OFFER
                     .key(&keys.delayed)
                     .key(&keys.msg)
                     .key(&keys.wake)
@@ -493,9 +535,11 @@ impl<T: Codec> Queue<T> {
                     .arg(value)
                     .arg(id)
                     .arg(bytes)
-                    .invoke::<i64>(con)
+                    .invoke::<i64>(con)?;
+                Ok((due, self.wait(con)?))
             })
             .map_err(|e| self.tag(e).for_message(id))?;
+        self.check_replicas(replicas, Some(id))?;
         Ok(due >= 0)
     }
 
@@ -582,18 +626,55 @@ impl<T: Codec> Queue<T> {
             }
             let rt = self.rt();
             if check_ids {
-                let flags: Vec<i64> = rt
-                    .run(&keys.delayed, Access::Write, |con| inv.invoke(con))
+                let (flags, replicas): (Vec<i64>, _) = rt
+                    .run(&keys.delayed, Access::Write, |con| {
+                        Ok((inv.invoke(con)?, self.wait(con)?))
+                    })
                     .map_err(|e| self.tag(e))?;
+                self.check_replicas(replicas, None)?;
                 added.extend(flags.into_iter().map(|f| f == 1));
             } else {
-                let _: i64 = rt
-                    .run(&keys.delayed, Access::Write, |con| inv.invoke(con))
+                let (_, replicas): (i64, _) = rt
+                    .run(&keys.delayed, Access::Write, |con| {
+                        Ok((inv.invoke(con)?, self.wait(con)?))
+                    })
                     .map_err(|e| self.tag(e))?;
+                self.check_replicas(replicas, None)?;
                 added.resize(added.len() + chunk.len(), true);
             }
         }
         Ok(added)
+    }
+
+    /// With `wait_replicas`, `WAIT`s on `con` (after a write on it) and
+    /// returns how many replicas acknowledged.
+    fn wait(&self, con: &mut Conn) -> redis::RedisResult<Option<i64>> {
+        let Some((n, timeout)) = self.wait_replicas else {
+            return Ok(None);
+        };
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        redis::cmd("WAIT").arg(n).arg(ms).query(con).map(Some)
+    }
+
+    fn check_replicas(&self, acked: Option<i64>, id: Option<&str>) -> Result<(), Error> {
+        let (Some(acked), Some((n, timeout))) = (acked, self.wait_replicas) else {
+            return Ok(());
+        };
+        if acked >= i64::from(n) {
+            return Ok(());
+        }
+        let e = Error::new(
+            ErrorKind::NotReplicated,
+            format!(
+                "written on the master, but only {acked} of the {n} replicas asked for confirmed it within {timeout:?}"
+            ),
+        );
+        Err(match id {
+            Some(id) => self.tag(e).for_message(id),
+            None => self.tag(e),
+        })
     }
 
     /// Cancels a message by id. True if it was known to the queue
@@ -737,6 +818,15 @@ impl<T: Codec> Queue<T> {
                         return Ok(None);
                     }
                     backoff.reset();
+                }
+                Err(e) if slot_is_moving(&e) => {
+                    // A cluster slot being migrated or failed over: the
+                    // queue is reachable again once the move completes.
+                    drop(con);
+                    rt.topology_may_have_changed();
+                    if !wait_backoff(deadline, &mut backoff) {
+                        return Ok(None);
+                    }
                 }
                 Err(e) => {
                     drop(con);
@@ -920,6 +1010,16 @@ fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff) -> bool {
     }
     std::thread::sleep(wait);
     true
+}
+
+/// A redirect or a refusal while a cluster slot moves (`MOVED`, `ASK`,
+/// `TRYAGAIN`, `CLUSTERDOWN`), also inside a pipeline's error.
+fn slot_is_moving(e: &redis::RedisError) -> bool {
+    use redis::ServerErrorKind as S;
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(S::Moved | S::Ask | S::TryAgain | S::ClusterDown)
+    )
 }
 
 /// A script the server does not know (flushed, or a restarted server).

@@ -164,6 +164,27 @@ impl RedisCluster {
         self.node_mut(port).restart();
     }
 
+    /// Waits until `port` no longer serves any slot (its replica took over)
+    /// and the cluster is healthy again.
+    pub fn wait_failover(&self, port: u16, limit: Duration) {
+        let give_up = Instant::now() + limit;
+        loop {
+            let still = self
+                .nodes()
+                .iter()
+                .any(|n| n.port == port && n.master && !n.failed && !n.slots.is_empty());
+            if !still && self.healthy() {
+                return;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "no failover of {port} within {limit:?}: {:?}",
+                self.nodes()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until every live node reports `cluster_state:ok` and they all
     /// agree that every slot is served by a live master.
     pub fn wait_healthy(&self, limit: Duration) {
