@@ -313,3 +313,61 @@ fn wait_replicas_on_a_server_without_replicas_is_a_typed_error_after_the_write()
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidOption);
 }
+
+/// Waits (polling the node, with a hang guard) until this process's
+/// subscriber listens to `channel` on the node at `port`.
+fn wait_subscribed(cluster: &RedisCluster, port: u16, channel: &str) {
+    let give_up = Instant::now() + HANG;
+    while !cluster
+        .node(port)
+        .cmd(&["PUBSUB", "SHARDNUMSUB", channel])
+        .ends_with(":1\r\n")
+    {
+        assert!(Instant::now() < give_up, "never subscribed on {port}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn wake_ups_follow_a_queue_to_its_new_master_after_a_move_and_a_failover() {
+    let mut cluster = RedisCluster::start();
+    let rw = connect(&cluster);
+    let name = "follow";
+    let channel = format!("redwheel:{{{name}}}:wake");
+    let slot = cluster.keyslot(name);
+    // No guard sweep during the test: only wake-ups and the runs after a
+    // topology change deliver.
+    let q = rw
+        .queue_with::<String>(
+            name,
+            QueueOptions::default().guard_interval(Duration::from_secs(86_400)),
+        )
+        .unwrap();
+    let from = cluster.master_of_slot(slot);
+    wait_subscribed(&cluster, from, &channel);
+    let deliver = |q: &redwheel::Queue<String>, what: &str| {
+        q.offer(&what.to_string(), Duration::from_millis(30))
+            .unwrap();
+        let q = q.clone();
+        let m = within(HANG, move || q.take().unwrap());
+        assert_eq!(m.payload(), what);
+    };
+    deliver(&q, "before");
+
+    // The slot moves: Redis drops the subscription on the old master, and
+    // the subscriber takes it up on the new one.
+    let to = *cluster.master_ports().iter().find(|&&p| p != from).unwrap();
+    cluster.migrate_slot(slot, from, to, 10, || {});
+    wait_subscribed(&cluster, to, &channel);
+    deliver(&q, "after the move");
+
+    // Its new master dies; the replica takes over, and the subscription
+    // follows.
+    cluster.kill(to);
+    cluster.wait_failover(to, HANG);
+    let promoted = cluster.master_of_slot(slot);
+    wait_subscribed(&cluster, promoted, &channel);
+    deliver(&q, "after the failover");
+    cluster.restart(to);
+    rw.shutdown(Duration::from_secs(10)).unwrap();
+}

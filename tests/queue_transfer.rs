@@ -243,3 +243,39 @@ fn a_backlog_moves_in_bounded_batches_back_to_back() {
     assert_eq!(stats.moved, 1_000);
     assert!(stats.runs >= 100, "{} runs of at most 10", stats.runs);
 }
+
+// The subscriber blocks on its socket in rounds of 100 ms; a read that
+// timed out must not cost a later message (an early version skipped one
+// message per timed-out read).
+#[test]
+fn wake_ups_still_arrive_after_the_subscriber_has_idled() {
+    let server = RedisServer::start();
+    let rw = Redwheel::connect(&server.url()).unwrap();
+    // No guard sweep: only a wake-up can schedule these messages.
+    let q = rw
+        .queue_with::<String>(
+            "idle-wake",
+            QueueOptions::default().guard_interval(Duration::from_secs(86_400)),
+        )
+        .unwrap();
+    let server = within(Duration::from_secs(60), move || {
+        while !server
+            .cmd(&["PUBSUB", "SHARDNUMSUB", "redwheel:{idle-wake}:wake"])
+            .contains(":1\r\n")
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
+    });
+    // The condition under test: a subscriber that has sat idle through a
+    // dozen read timeouts.
+    std::thread::sleep(Duration::from_millis(1_500));
+    for i in 0..5 {
+        q.offer(&format!("w{i}"), Duration::from_millis(20))
+            .unwrap();
+        let q2 = q.clone();
+        let m = within(Duration::from_secs(60), move || q2.take().unwrap());
+        assert_eq!(m.payload(), &format!("w{i}"));
+    }
+    drop(server);
+}

@@ -510,6 +510,7 @@ pub(crate) struct ClusterTransport {
     io_timeout: Duration,
     cons: HashMap<String, Conn>,
     connects: u64,
+    round_trips: u64,
     seen_generation: u64,
 }
 
@@ -521,6 +522,7 @@ impl ClusterTransport {
             io_timeout,
             cons: HashMap::new(),
             connects: 0,
+            round_trips: 0,
             seen_generation,
         }
     }
@@ -660,6 +662,10 @@ impl Transport for ClusterTransport {
 
     fn connects(&self) -> u64 {
         self.connects
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips
     }
 
     fn measure_clock(&mut self, now: &dyn Fn() -> Duration) -> Option<ClockSample> {

@@ -167,6 +167,8 @@ pub(crate) trait Transport: Send + 'static {
     /// How many connections were established so far (the driver re-runs
     /// every job when this grows past 1: a reconnect).
     fn connects(&self) -> u64;
+    /// Round trips made so far (a round is one per connection it used).
+    fn round_trips(&self) -> u64;
     /// Measures the server's clock, if connected.
     fn measure_clock(&mut self, now: &dyn Fn() -> Duration) -> Option<ClockSample>;
 }
@@ -208,8 +210,11 @@ pub(crate) const MAX_ROUND: usize = 16_384;
 /// Counters of what the driver did (diagnostics, benchmarks, tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DriverStats {
-    /// Rounds sent (round trips, when connected to one server).
+    /// Rounds sent.
     pub rounds: u64,
+    /// Round trips those rounds made: one per round on one server, one per
+    /// master the round had commands for on a cluster.
+    pub round_trips: u64,
     /// Commands sent in those rounds.
     pub commands: u64,
     /// Rounds that failed as a whole (connection errors).
@@ -251,6 +256,7 @@ struct DriverShared {
 #[derive(Default)]
 struct Counters {
     rounds: AtomicU64,
+    round_trips: AtomicU64,
     commands: AtomicU64,
     failed_rounds: AtomicU64,
     job_failures: AtomicU64,
@@ -515,6 +521,7 @@ impl Driver {
         let c = &self.shared.stats;
         DriverStats {
             rounds: c.rounds.load(Ordering::Relaxed),
+            round_trips: c.round_trips.load(Ordering::Relaxed),
             commands: c.commands.load(Ordering::Relaxed),
             failed_rounds: c.failed_rounds.load(Ordering::Relaxed),
             job_failures: c.job_failures.load(Ordering::Relaxed),
@@ -613,6 +620,7 @@ impl DriverShared {
         // Never zero: a job that keeps asking for "now" through a deadline
         // runs once per tick at most, never in a busy loop.
         let delay = at.saturating_sub(now).max(Duration::from_micros(1));
+        tracing::trace!(target: "redwheel::runtime", key = %entry.key, delay_us = delay.as_micros() as u64, "arm");
         let epoch = entry.epoch;
         let weak = Weak::clone(&self.me);
         match self
@@ -947,6 +955,9 @@ impl<T: Transport> Runner<T> {
         stats
             .commands
             .fetch_add(self.commands.len() as u64, Ordering::Relaxed);
+        stats
+            .round_trips
+            .store(self.transport.round_trips(), Ordering::Relaxed);
         let connects = self.transport.connects();
         let reconnected = connects > self.seen_connects && self.seen_connects > 0;
         self.seen_connects = connects;

@@ -109,6 +109,10 @@ impl Transport for FakeTransport {
         self.wire.connects.load(Ordering::SeqCst)
     }
 
+    fn round_trips(&self) -> u64 {
+        self.wire.rounds.lock().len() as u64
+    }
+
     fn measure_clock(&mut self, _now: &dyn Fn() -> Duration) -> Option<ClockSample> {
         None
     }

@@ -20,6 +20,8 @@ use crate::error::{Access, Error, ErrorKind};
 /// Where connections go, and how they are opened.
 pub(crate) struct Endpoint {
     client: Client,
+    /// The same, speaking RESP3 (pub/sub messages arrive as pushes).
+    resp3: Client,
     /// `host:port`, with " (TLS)" for TLS (never the password), for messages.
     addr: String,
     /// `host:port`.
@@ -91,8 +93,15 @@ impl Endpoint {
             }
             other => (format!("{other:?}"), format!("{other:?}")),
         };
+        let info = client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let resp3 = Client::open(info.set_redis_settings(settings)).map_err(invalid)?;
         Ok(Endpoint {
             client,
+            resp3,
             addr,
             host_port,
             connect_timeout: options.connect_timeout,
@@ -118,6 +127,21 @@ impl Endpoint {
     ) -> Result<redis::Connection, Error> {
         let con = self
             .client
+            .get_connection_with_timeout(connect_timeout.min(self.connect_timeout).max(MIN_WAIT))
+            .map_err(|e| Error::connect(e, &self.addr))?;
+        set_timeouts(&con, io_timeout).map_err(|e| Error::connect(e, &self.addr))?;
+        Ok(con)
+    }
+
+    /// Opens a RESP3 connection for pub/sub (messages arrive as pushes),
+    /// whose reads and writes time out after `io_timeout`.
+    pub(crate) fn open_resp3(
+        &self,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+    ) -> Result<redis::Connection, Error> {
+        let con = self
+            .resp3
             .get_connection_with_timeout(connect_timeout.min(self.connect_timeout).max(MIN_WAIT))
             .map_err(|e| Error::connect(e, &self.addr))?;
         set_timeouts(&con, io_timeout).map_err(|e| Error::connect(e, &self.addr))?;
@@ -367,6 +391,7 @@ pub(crate) struct NodeTransport {
     io_timeout: Duration,
     con: Option<Conn>,
     connects: u64,
+    round_trips: u64,
 }
 
 impl NodeTransport {
@@ -376,6 +401,7 @@ impl NodeTransport {
             io_timeout,
             con: None,
             connects: 0,
+            round_trips: 0,
         }
     }
 
@@ -390,6 +416,7 @@ impl NodeTransport {
 
 impl Transport for NodeTransport {
     fn round_trip(&mut self, commands: &Commands) -> Result<Vec<Value>, Error> {
+        self.round_trips += 1;
         let con = self.con()?;
         match con.req_packed_commands(commands.bytes(), 0, commands.len()) {
             Ok(replies) => Ok(replies),
@@ -415,6 +442,10 @@ impl Transport for NodeTransport {
 
     fn connects(&self) -> u64 {
         self.connects
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips
     }
 
     fn measure_clock(&mut self, now: &dyn Fn() -> Duration) -> Option<ClockSample> {

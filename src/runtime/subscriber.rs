@@ -25,7 +25,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use redis::Value;
+use redis::{PushInfo, PushKind, Value};
 
 use super::backoff::Backoff;
 use super::cluster::slot;
@@ -179,7 +179,7 @@ fn listen_to(sub: &Subscriber, addr: &str, endpoint: &Endpoint) {
             return;
         }
         let result = endpoint
-            .open_raw(sub.command_timeout, POLL)
+            .open_resp3(sub.command_timeout, POLL)
             .and_then(|mut con| {
                 listen(sub, addr, &mut con, &mut || {
                     backoff.reset();
@@ -227,6 +227,10 @@ fn pack_by_slot(command: &str, channels: &[&String]) -> (Vec<u8>, usize) {
 /// Subscribes to this node's channels and dispatches messages until the
 /// connection fails (`Err`), or shutdown or the node stops serving channels
 /// (`Ok`). `connected` runs once the connection works.
+///
+/// The connection speaks RESP3, so confirmations and messages are pushes;
+/// the `redis` crate hands every push to the connection's push sender as it
+/// reads it, so they are taken from there, whatever the read returns.
 fn listen(
     sub: &Subscriber,
     addr: &str,
@@ -234,6 +238,8 @@ fn listen(
     connected: &mut dyn FnMut(),
 ) -> redis::RedisResult<()> {
     con.set_write_timeout(Some(sub.command_timeout))?;
+    let (push_tx, pushes) = std::sync::mpsc::channel::<PushInfo>();
+    con.set_push_sender(push_tx);
     let mut handlers: HashMap<String, Arc<Subscription>> = HashMap::new();
     // Channels subscribed, and asked for but not yet confirmed.
     let mut subscribed: HashSet<String> = HashSet::new();
@@ -283,61 +289,60 @@ fn listen(
             announced = true;
             connected();
         }
-        let reply = match con.recv_response() {
-            Ok(v) => v,
-            Err(e) if e.is_timeout() => continue,
-            Err(e) => return Err(e),
-        };
-        let items = match reply {
-            Value::Array(items) => items,
-            Value::Push { kind, data } => {
-                let mut items = vec![Value::BulkString(kind.to_string().into_bytes())];
-                items.extend(data);
-                items
-            }
-            Value::ServerError(e) => {
+        match con.recv_response() {
+            Ok(Value::ServerError(e)) => {
                 // A subscription refused (`MOVED`: the slot map is stale).
                 tracing::debug!(target: "redwheel::runtime", node = addr, error = ?e, "subscriber: a subscription was refused");
                 sub.locator.refresh();
                 pending.clear();
                 seen = (u64::MAX, u64::MAX);
-                continue;
             }
-            _ => continue,
-        };
-        let text = |v: Option<&Value>| match v {
-            Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
-            Some(Value::SimpleString(s)) => Some(s.clone()),
-            _ => None,
-        };
-        let (Some(kind), Some(channel)) = (text(items.first()), text(items.get(1))) else {
-            continue;
-        };
-        match kind.as_str() {
-            "smessage" | "message" => {
-                if let (Some(h), Some(Value::BulkString(payload))) =
-                    (handlers.get(&channel), items.get(2))
-                {
-                    (h.on_message)(payload);
+            Ok(_) => {}
+            Err(e) if e.is_timeout() => {}
+            Err(e) => return Err(e),
+        }
+        while let Ok(push) = pushes.try_recv() {
+            let text = |v: Option<&Value>| match v {
+                Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+                Some(Value::SimpleString(s)) => Some(s.clone()),
+                _ => None,
+            };
+            let channel = text(push.data.first());
+            match (push.kind, channel) {
+                (PushKind::SMessage | PushKind::Message, Some(channel)) => {
+                    tracing::trace!(target: "redwheel::runtime", node = addr, channel, "subscriber: message");
+                    if let (Some(h), Some(Value::BulkString(payload))) =
+                        (handlers.get(&channel), push.data.get(1))
+                    {
+                        (h.on_message)(payload);
+                    }
                 }
-            }
-            "ssubscribe" => {
-                pending.remove(&channel);
-                subscribed.insert(channel.clone());
-                if let Some(h) = handlers.get(&channel) {
-                    (h.on_subscribed)();
+                (PushKind::SSubscribe, Some(channel)) => {
+                    tracing::debug!(target: "redwheel::runtime", node = addr, channel, "subscriber: subscribed");
+                    pending.remove(&channel);
+                    subscribed.insert(channel.clone());
+                    if let Some(h) = handlers.get(&channel) {
+                        (h.on_subscribed)();
+                    }
                 }
-            }
-            "sunsubscribe" => {
-                subscribed.remove(&channel);
-                pending.remove(&channel);
-                if handlers.contains_key(&channel) {
-                    // Not asked for: its slot moved to another node.
-                    sub.locator.refresh();
-                    seen = (u64::MAX, u64::MAX);
+                (PushKind::SUnsubscribe, Some(channel)) => {
+                    tracing::debug!(target: "redwheel::runtime", node = addr, channel, "subscriber: unsubscribed");
+                    subscribed.remove(&channel);
+                    pending.remove(&channel);
+                    if handlers.contains_key(&channel) {
+                        // Not asked for: its slot moved to another node.
+                        sub.locator.refresh();
+                        seen = (u64::MAX, u64::MAX);
+                    }
                 }
+                (PushKind::Disconnection, _) => {
+                    return Err(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "the subscriber connection closed",
+                    )));
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
 }
