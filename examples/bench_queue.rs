@@ -2,9 +2,13 @@
 //! line per run.
 //!
 //! ```text
-//! cargo run --release --example bench_queue -- [q1,q2,q3,q5,q5t,q6,restart] [--reps 3]
-//!     [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30]
+//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q5,q5t,q6,restart,failover]
+//!     [--reps 3] [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30] [--cluster]
 //! ```
+//!
+//! With `--cluster`, everything runs on a Redis Cluster: the one whose node
+//! URLs are in `REDIS_CLUSTER_URLS` (comma-separated), or a throwaway local
+//! one (three masters, three replicas).
 //!
 //! Uses the Redis at `REDIS_URL` if set (it is cleared of the bench
 //! queues), otherwise a private `redis-server --save '' --appendonly no` on
@@ -21,6 +25,12 @@
 //!   holding one message due in an hour, open and idle for `--q6-secs`
 //!   (30 s): Redis commands/s and round trips/s this process causes, and
 //!   the CPU it uses (% of one core, from `/proc/self/stat`).
+//! * Q1m: 100,000 offers from three threads, each offering to its own queue
+//!   (on a cluster, the three queues live on three different masters).
+//! * failover (cluster only): a producer offers every ms (10 ms delays) and
+//!   a consumer takes; the master serving the queue is killed (SIGKILL).
+//!   Reports ms from the kill to the replica's promotion (as `CLUSTER
+//!   SLOTS` shows it) and to the first delivery after it.
 //! * restart: a private `redis-server` with `appendonly yes, appendfsync
 //!   everysec` (a SIGKILL of the server loses nothing written: the page
 //!   cache keeps it; `always` would measure fsync, not recovery); 200 messages due while it is down and 200 due just after it is
@@ -36,9 +46,12 @@ use redwheel::{Queue, QueueOptions, Redwheel};
 
 #[path = "support/splitmix.rs"]
 mod splitmix;
+#[path = "support/throwaway_cluster.rs"]
+mod throwaway_cluster;
 #[path = "support/throwaway_redis.rs"]
 mod throwaway_redis;
 use splitmix::SplitMix64;
+use throwaway_cluster::ThrowawayCluster;
 use throwaway_redis::ThrowawayRedis;
 
 fn payload() -> String {
@@ -69,6 +82,160 @@ fn q1(rw: &Redwheel, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
         n as f64 / secs
     );
     q.clear()?;
+    Ok(())
+}
+
+/// The port of the master serving `key` in the cluster reachable at
+/// `seed`, or 0 on a single server.
+fn master_port(seed: &str, key: &str) -> Result<u16, Box<dyn std::error::Error>> {
+    let mut con = redis::Client::open(seed)?.get_connection()?;
+    let info: String = redis::cmd("INFO").arg("cluster").query(&mut con)?;
+    if !info.contains("cluster_enabled:1") {
+        return Ok(0);
+    }
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut con)?;
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
+    for r in ranges {
+        let redis::Value::Array(items) = r else {
+            continue;
+        };
+        let first: u16 = redis::from_redis_value(items[0].clone())?;
+        let last: u16 = redis::from_redis_value(items[1].clone())?;
+        if let redis::Value::Array(m) = &items[2]
+            && first <= slot
+            && slot <= last
+        {
+            return Ok(redis::from_redis_value(m[1].clone())?);
+        }
+    }
+    Err(format!("no master serves slot {slot}").into())
+}
+
+/// Q1 with three producer threads, each on its own queue; on a cluster
+/// the three queues are on three different masters.
+fn q1m(rw: &Redwheel, seed: &str, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let mut names: Vec<String> = Vec::new();
+    let mut masters = std::collections::HashSet::new();
+    for k in 0..10_000 {
+        let name = format!("bench-q1m-{k}");
+        let port = master_port(seed, &name)?;
+        if port == 0 || masters.insert(port) {
+            names.push(name);
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let n = 100_000 / names.len();
+    let p = payload();
+    let queues: Vec<Queue<String>> = names
+        .iter()
+        .map(|name| rw.queue::<String>(name))
+        .collect::<Result<_, _>>()?;
+    for q in &queues {
+        q.clear()?;
+    }
+    let t0 = Instant::now();
+    let threads: Vec<_> = queues
+        .iter()
+        .enumerate()
+        .map(|(t, q)| {
+            let q = q.clone();
+            let p = p.clone();
+            std::thread::spawn(move || -> Result<(), redwheel::Error> {
+                let mut rng = SplitMix64(42 + t as u64);
+                for _ in 0..n {
+                    q.offer(&p, Duration::from_millis(rng.range(1_000, 60_000)))?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().map_err(|_| "a producer panicked")??;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    for q in &queues {
+        q.clear()?;
+    }
+    println!(
+        r#"{{"test":"q1m_offer_3_threads","rep":{rep},"n":{},"queues":{},"masters":{},"seconds":{secs:.3},"offers_per_s":{:.0}}}"#,
+        n * names.len(),
+        names.len(),
+        masters.len().max(1),
+        (n * names.len()) as f64 / secs
+    );
+    Ok(())
+}
+
+fn failover(
+    rw: &Redwheel,
+    cluster: &mut ThrowawayCluster,
+    rep: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let name = format!("bench-failover-{rep}");
+    let slot = cluster.keyslot(&name)?;
+    let victim = cluster.master_of(slot)?;
+    let q = rw.queue::<String>(&name)?;
+    q.clear()?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let q = q.clone();
+        let stop = stop.clone();
+        let p = payload();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = q.offer(&p, Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let (got_tx, got) = std::sync::mpsc::channel::<Instant>();
+    let consumer = {
+        let q = q.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(Some(_)) = q.poll(Duration::from_millis(50)) {
+                    let _ = got_tx.send(Instant::now());
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    while got.try_recv().is_ok() {}
+    cluster.kill(victim);
+    let killed = Instant::now();
+    let promoted = loop {
+        if cluster.master_of(slot).is_ok_and(|p| p != victim) {
+            break Instant::now();
+        }
+        if killed.elapsed() > Duration::from_secs(60) {
+            return Err("no failover within 60 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let resumed = loop {
+        let at = got.recv_timeout(Duration::from_secs(60))?;
+        if at > promoted {
+            break at;
+        }
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    producer.join().map_err(|_| "producer panicked")?;
+    consumer.join().map_err(|_| "consumer panicked")?;
+    // The killed node comes back as a replica, for the next run.
+    cluster.restart(victim)?;
+    println!(
+        r#"{{"test":"failover","rep":{rep},"kill_to_promotion_ms":{:.0},"kill_to_first_delivery_after_promotion_ms":{:.0},"promotion_to_delivery_ms":{:.1}}}"#,
+        (promoted - killed).as_secs_f64() * 1e3,
+        (resumed - killed).as_secs_f64() * 1e3,
+        (resumed - promoted).as_secs_f64() * 1e3,
+    );
     Ok(())
 }
 
@@ -261,7 +428,7 @@ fn info_field(
 
 fn q6(
     rw: &Redwheel,
-    url: &str,
+    urls: &[String],
     rep: usize,
     queues: usize,
     secs: u64,
@@ -276,11 +443,26 @@ fn q6(
     }
     // Let the first runs and subscriptions settle.
     std::thread::sleep(Duration::from_secs(3));
-    let client = redis::Client::open(url)?;
-    let mut con = client.get_connection()?;
-    let cmds0 = info_field(&mut con, "stats", "total_commands_processed")?;
-    let redis_cpu0 = info_field(&mut con, "cpu", "used_cpu_user")?
-        + info_field(&mut con, "cpu", "used_cpu_sys")?;
+    // The servers that hold the queues: the one server, or every master.
+    let mut cons = Vec::new();
+    for url in urls {
+        let mut con = redis::Client::open(url.as_str())?.get_connection()?;
+        let role: String = redis::cmd("INFO").arg("replication").query(&mut con)?;
+        if role.contains("role:master") {
+            cons.push(con);
+        }
+    }
+    let totals =
+        |cons: &mut Vec<redis::Connection>| -> Result<(f64, f64), Box<dyn std::error::Error>> {
+            let (mut cmds, mut cpu) = (0.0, 0.0);
+            for con in cons.iter_mut() {
+                cmds += info_field(con, "stats", "total_commands_processed")?;
+                cpu += info_field(con, "cpu", "used_cpu_user")?
+                    + info_field(con, "cpu", "used_cpu_sys")?;
+            }
+            Ok((cmds, cpu))
+        };
+    let (cmds0, redis_cpu0) = totals(&mut cons)?;
     let rounds0 = rw.driver_stats();
     let cpu0 = process_cpu()?;
     let t0 = Instant::now();
@@ -288,18 +470,19 @@ fn q6(
     let cpu = process_cpu()? - cpu0;
     let wall = t0.elapsed().as_secs_f64();
     let rounds = rw.driver_stats();
-    let redis_cpu = info_field(&mut con, "cpu", "used_cpu_user")?
-        + info_field(&mut con, "cpu", "used_cpu_sys")?
-        - redis_cpu0;
-    // Our own INFO calls: 3 after the first reading.
-    let cmds = info_field(&mut con, "stats", "total_commands_processed")? - cmds0 - 5.0;
+    let (cmds1, redis_cpu1) = totals(&mut cons)?;
+    // Our own INFO calls: 3 per server per reading.
+    let cmds = cmds1 - cmds0 - 3.0 * cons.len() as f64;
+    let servers = cons.len().max(1) as f64;
     println!(
-        r#"{{"test":"q6_idle","rep":{rep},"queues":{queues},"seconds":{wall:.1},"redis_cmds_per_s":{:.1},"round_trips_per_s":{:.2},"driver_commands_per_s":{:.1},"cpu_pct_of_core":{:.2},"redis_cpu_pct":{:.2}}}"#,
+        r#"{{"test":"q6_idle","rep":{rep},"queues":{queues},"servers":{},"seconds":{wall:.1},"redis_cmds_per_s":{:.1},"rounds_per_s":{:.2},"round_trips_per_server_per_s":{:.2},"driver_commands_per_s":{:.1},"cpu_pct_of_core":{:.2},"redis_cpu_pct":{:.2}}}"#,
+        cons.len(),
         cmds / wall,
         (rounds.rounds - rounds0.rounds) as f64 / wall,
+        (rounds.round_trips - rounds0.round_trips) as f64 / wall / servers,
         (rounds.commands - rounds0.commands) as f64 / wall,
         cpu.as_secs_f64() / wall * 100.0,
-        redis_cpu / wall * 100.0,
+        (redis_cpu1 - redis_cpu0) / wall * 100.0,
     );
     for q in &open {
         q.clear()?;
@@ -411,28 +594,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 q6_secs = args[i + 1].parse()?;
                 i += 1;
             }
+            "--cluster" => {}
             list => tests = list.split(',').map(String::from).collect(),
         }
         i += 1;
     }
-    let (url, _server) = match std::env::var("REDIS_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let s = ThrowawayRedis::start("bench")?;
-            (s.url(), Some(s))
-        }
+    let mut cluster: Option<ThrowawayCluster> = None;
+    let mut _server = None;
+    let (urls, rw) = if args.iter().any(|a| a == "--cluster") {
+        let urls: Vec<String> = match std::env::var("REDIS_CLUSTER_URLS") {
+            Ok(list) => list.split(',').map(|s| s.trim().to_owned()).collect(),
+            Err(_) => {
+                let c = ThrowawayCluster::start("bench-cluster")?;
+                let urls = c.urls();
+                cluster = Some(c);
+                urls
+            }
+        };
+        let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let rw = Redwheel::connect_cluster(&seeds)?;
+        (urls, rw)
+    } else {
+        let url = match std::env::var("REDIS_URL") {
+            Ok(url) => url,
+            Err(_) => {
+                let s = ThrowawayRedis::start("bench")?;
+                let url = s.url();
+                _server = Some(s);
+                url
+            }
+        };
+        let rw = Redwheel::connect(&url)?;
+        (vec![url], rw)
     };
-    let rw = Redwheel::connect(&url)?;
+    let url = urls[0].clone();
     for rep in 0..reps {
         for t in &tests {
             match t.as_str() {
                 "q1" => q1(&rw, rep)?,
+                "q1m" => q1m(&rw, &url, rep)?,
                 "q2" => q2(&rw, rep)?,
                 "q3" => q3(&rw, rep)?,
                 "q5" => q5(&rw, &url, rep, q5_n, 4)?,
                 "q5t" => q5(&rw, &url, rep, q5_n, 0)?,
-                "q6" => q6(&rw, &url, rep, q6_queues, q6_secs)?,
+                "q6" => q6(&rw, &urls, rep, q6_queues, q6_secs)?,
                 "restart" => restart(rep)?,
+                "failover" => match cluster.as_mut() {
+                    Some(c) => failover(&rw, c, rep)?,
+                    None => {
+                        return Err("failover needs --cluster (and a throwaway cluster)".into());
+                    }
+                },
                 other => return Err(format!("unknown test {other}").into()),
             }
         }

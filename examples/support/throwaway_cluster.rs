@@ -40,6 +40,10 @@ impl ThrowawayCluster {
                     "1000",
                     "--cluster-port",
                     &bus,
+                    // A replica may take over however long ago it last
+                    // heard from its master.
+                    "--cluster-replica-validity-factor",
+                    "0",
                 ],
             )?);
         }
@@ -88,5 +92,70 @@ impl ThrowawayCluster {
     /// Every node's URL (seeds).
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(ThrowawayRedis::url).collect()
+    }
+
+    /// The port of the master serving `slot`, asked of a live node.
+    pub fn master_of(&self, slot: u16) -> Result<u16, Box<dyn std::error::Error>> {
+        for n in &self.nodes {
+            let Ok(mut con) =
+                redis::Client::open(n.url().as_str()).and_then(|c| c.get_connection())
+            else {
+                continue;
+            };
+            let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con)?;
+            for r in ranges {
+                let redis::Value::Array(items) = r else {
+                    continue;
+                };
+                let first: u16 = redis::from_redis_value(items[0].clone())?;
+                let last: u16 = redis::from_redis_value(items[1].clone())?;
+                if first <= slot && slot <= last {
+                    let redis::Value::Array(master) = &items[2] else {
+                        continue;
+                    };
+                    return Ok(redis::from_redis_value(master[1].clone())?);
+                }
+            }
+        }
+        Err("no live node answers CLUSTER SLOTS".into())
+    }
+
+    /// Kills (SIGKILL) the node listening on `port`.
+    pub fn kill(&mut self, port: u16) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.port() == port) {
+            n.kill();
+        }
+    }
+
+    /// Starts the node on `port` again (it rejoins, as a replica if its
+    /// replica took over) and waits until every node reports
+    /// `cluster_state:ok`.
+    pub fn restart(&mut self, port: u16) -> Result<(), Box<dyn std::error::Error>> {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.port() == port) {
+            n.restart()?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.ok() {
+            if Instant::now() > deadline {
+                return Err("the cluster did not recover".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The slot of `key`, asked of a live node.
+    pub fn keyslot(&self, key: &str) -> Result<u16, Box<dyn std::error::Error>> {
+        for n in &self.nodes {
+            if let Ok(mut con) =
+                redis::Client::open(n.url().as_str()).and_then(|c| c.get_connection())
+            {
+                return Ok(redis::cmd("CLUSTER")
+                    .arg("KEYSLOT")
+                    .arg(key)
+                    .query(&mut con)?);
+            }
+        }
+        Err("no live node answers CLUSTER KEYSLOT".into())
     }
 }

@@ -81,6 +81,11 @@ impl ThrowawayRedis {
         Ok(())
     }
 
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Its `redis://` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
