@@ -2,9 +2,9 @@
 //!
 //! Timers, delayed jobs and (soon) leases that survive restarts, for
 //! synchronous Rust services: a Netty-style hashed timing wheel, and on top
-//! of it Redis-persisted delayed queues whose timing that wheel drives.
-//! Redis locks with a watchdog and Redis Cluster support are planned; they
-//! are not in this release.
+//! of it Redis-persisted delayed queues whose timing that wheel drives, on
+//! one Redis or a Redis Cluster ([`Redwheel::connect_cluster`]). Redis locks
+//! with a watchdog are planned; they are not in this release.
 //!
 //! ## The timer
 //!

@@ -79,8 +79,17 @@ fn a_least_privilege_acl_user_runs_every_queue_operation() {
     let rw =
         Redwheel::connect(&format!("redis://app:s3cret@127.0.0.1:{}/", server.port())).unwrap();
     exercise(&rw);
-    // The guard sweep and the subscriber ran meanwhile too.
+    // The guard sweep and the subscriber ran meanwhile too: the subscriber
+    // (a RESP3 connection) is subscribed under this user.
     let q = rw.queue::<String>("acl-sweep").unwrap();
+    let give_up = std::time::Instant::now() + HANG;
+    while !server
+        .cmd(&["PUBSUB", "SHARDNUMSUB", "redwheel:{acl-sweep}:wake"])
+        .ends_with(":1\r\n")
+    {
+        assert!(std::time::Instant::now() < give_up, "never subscribed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     q.offer(&"x".to_string(), Duration::from_millis(5)).unwrap();
     within(HANG, move || q.take().unwrap());
     rw.shutdown(Duration::from_secs(10)).unwrap();
