@@ -32,6 +32,9 @@
 //! `BENCH_PERF_CTL=CTL` (and `BENCH_PERF_ACK=ACK`) in the environment, and
 //! recording is switched on only around the timed regions (W1/W2/W6: the
 //! schedule loop and the barrier; W4/W5: schedule loop to last expiry).
+//! Instruction counts: `valgrind --tool=callgrind
+//! --toggle-collect='*schedule_loop*' bench_timer --n 200000 --reps 1
+//! --warmup 0 W1` counts W1's (or W2's) producer loop only.
 //!
 //! W3 counts live heap bytes with the counting global allocator below; its
 //! counter only runs inside W3's measurement window (the window's allocations
@@ -347,12 +350,7 @@ fn schedule_all(cfg: &Config, d: &[u64], cancel: bool) -> BoxResult<ScheduleRun>
     let n = d.len() as f64;
     perf_ctl("enable");
     let t0 = Instant::now();
-    for &ms in d {
-        let t = timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
-        if cancel {
-            t.cancel();
-        }
-    }
+    schedule_loop(&timer, d, cancel, counter)?;
     let t1 = Instant::now();
     barrier(&timer)?;
     let t2 = Instant::now();
@@ -369,6 +367,25 @@ fn schedule_all(cfg: &Config, d: &[u64], cancel: bool) -> BoxResult<ScheduleRun>
         pending,
         fired,
     })
+}
+
+/// The timed loop of W1 and W2, in a function of its own so that
+/// `valgrind --tool=callgrind --toggle-collect='*schedule_loop*'` counts the
+/// instructions of exactly this loop (per timeout: divide by `--n`).
+#[inline(never)]
+fn schedule_loop(
+    timer: &HashedWheelTimer,
+    d: &[u64],
+    cancel: bool,
+    counter: &'static AtomicU64,
+) -> BoxResult<()> {
+    for &ms in d {
+        let t = timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
+        if cancel {
+            t.cancel();
+        }
+    }
+    Ok(())
 }
 
 fn w3(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
