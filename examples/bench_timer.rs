@@ -1,5 +1,6 @@
 //! Benchmarks of redwheel's [`HashedWheelTimer`] on the timer workloads of
-//! `shared/BENCHMARKS.md` (W1–W6, plus W5b and Idle), written to match the
+//! `shared/BENCHMARKS.md` (W1–W6, plus W5b and Idle, and M5 for the worker's
+//! own costs), written to match the
 //! Netty harness `shared/peers/netty/NettyTimerBench.java` line for line:
 //! the same SplitMix64 delay sequences, the same nearest-rank percentiles,
 //! the same metric names and the same one-JSON-line-per-workload output
@@ -50,7 +51,7 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redwheel::timer::{HashedWheelTimer, Timeout};
+use redwheel::timer::{HashedWheelTimer, ManualClock, Timeout};
 
 #[path = "support/splitmix.rs"]
 mod splitmix;
@@ -151,7 +152,7 @@ impl Default for Config {
     }
 }
 
-const WORKLOADS: [&str; 8] = ["W1", "W2", "W3", "W4", "W5", "W5b", "W6", "Idle"];
+const WORKLOADS: [&str; 9] = ["W1", "W2", "W3", "W4", "W5", "W5b", "W6", "Idle", "M5"];
 
 fn parse_args() -> BoxResult<(Config, Vec<String>)> {
     let mut cfg = Config::default();
@@ -638,6 +639,50 @@ fn w5b(cfg: &Config, n: usize) -> BoxResult<Metrics> {
     ])
 }
 
+/// M5 (ours only, no Netty counterpart): W5's burst on a manual clock, so
+/// that the worker's two costs are measured apart and free of sleeps: the
+/// `advance` that moves the burst into the wheel (ns per transfer) and the
+/// one that fires it (ns per expiry). Deterministic, hence also the
+/// workload for callgrind: `valgrind --tool=callgrind bench_timer --n
+/// 200000 --reps 1 --warmup 0 M5`, then the inclusive cost of
+/// `Worker::transfer` and `Worker::expire` over `--n`.
+fn m5(cfg: &Config, n: usize) -> BoxResult<Metrics> {
+    let clock = ManualClock::new();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(cfg.tick_ms))
+        .ticks_per_wheel(cfg.wheel)
+        .thread_name("hwt-worker")
+        .clock(clock.clone())
+        .build()?;
+    timer.start()?;
+    let t0 = Instant::now();
+    let (task, rx) = leak_burst(n, t0);
+    let tick = Duration::from_millis(cfg.tick_ms);
+    let deadline = Duration::from_millis(500);
+    let s0 = Instant::now();
+    for _ in 0..n {
+        let delay = deadline.saturating_sub(timer.now());
+        timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
+    }
+    let s1 = Instant::now();
+    // Enough ticks for the transfer cap (100,000 per tick).
+    let transfer_ticks = n.div_ceil(100_000) as u32 + 1;
+    clock.advance(tick * transfer_ticks);
+    let s2 = Instant::now();
+    clock.advance(deadline);
+    let s3 = Instant::now();
+    rx.recv()?;
+    let pending = timer.pending_timeouts();
+    timer.stop()?;
+    let per = |a: Instant, b: Instant| (b - a).as_nanos() as f64 / n as f64;
+    Ok(vec![
+        ("ns_per_expiry", per(s2, s3)),
+        ("ns_per_transfer", per(s1, s2)),
+        ("ns_per_schedule", per(s0, s1)),
+        ("pending_after", pending as f64),
+    ])
+}
+
 fn w6(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
     let timer = new_timer(cfg)?;
     let counter = leak_counter();
@@ -731,6 +776,7 @@ fn primary_of(w: &str) -> &'static str {
         "W4" => "p99_us",
         "W5" => "drain_ms",
         "W5b" => "drain_after_last_deadline_ms",
+        "M5" => "ns_per_expiry",
         _ => "cpu_pct_of_core",
     }
 }
@@ -758,6 +804,7 @@ fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
         }
         "W5" => Box::new(move || w5(cfg, cfg.n)),
         "W5b" => Box::new(move || w5b(cfg, cfg.n)),
+        "M5" => Box::new(move || m5(cfg, cfg.n)),
         "W6" => {
             let d = delays_ms(cfg.n, 1000, 60000, seed.wrapping_add(6));
             Box::new(move || w6(cfg, &d))

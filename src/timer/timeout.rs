@@ -11,8 +11,8 @@
 //! Only those two moves exist, each a compare-and-swap from `INIT`, so a
 //! timeout fires at most once, and never after a `cancel()` that returned
 //! `true`. Beside the state, the timeout records where the worker put it in
-//! the wheel (its [`Key`]); only the worker writes and reads that, so it is
-//! a plain store, and the state and key together take eight bytes.
+//! the wheel (its position); only the worker writes and reads that, so it is
+//! a plain store, and the state and position together take eight bytes.
 //!
 //! The task lives in the same allocation as the state (one allocation per
 //! timeout). Whoever wins the state transition takes it out: the worker to
@@ -26,7 +26,7 @@ use std::time::Duration;
 use crossbeam_utils::atomic::AtomicCell;
 
 use super::inbox::Inbox;
-use super::wheel::Key;
+use super::wheel::{NOT_PLACED, Placed};
 
 const ST_INIT: u32 = 0;
 const ST_CANCELLED: u32 = 1;
@@ -40,9 +40,9 @@ pub(crate) struct TimeoutInner<T: ?Sized + TaskSlot = dyn TaskSlot> {
     /// `u64::MAX` means "never".
     pub(crate) deadline: u64,
     state: AtomicU32,
-    /// The packed wheel key; zero until the worker places the timeout.
-    /// Worker only.
-    key: AtomicU32,
+    /// Where the worker put it in the wheel (`NOT_PLACED` when it is in no
+    /// bucket). Worker only.
+    pos: AtomicU32,
     task: T,
 }
 
@@ -86,7 +86,7 @@ impl TimeoutInner {
         Arc::new(TimeoutInner {
             deadline,
             state: AtomicU32::new(ST_INIT),
-            key: AtomicU32::new(0),
+            pos: AtomicU32::new(NOT_PLACED),
             task: Slot(AtomicCell::new(Some(task))),
         })
     }
@@ -132,15 +132,19 @@ impl<T: ?Sized + TaskSlot> TimeoutInner<T> {
     pub(crate) fn discard_task(&self) {
         self.task.discard();
     }
+}
 
-    /// Records where the worker put this timeout (worker only, once).
-    pub(crate) fn set_key(&self, key: Key) {
-        self.key.store(key.pack(), Ordering::Relaxed);
+impl Placed for SharedTimeout {
+    fn pos(&self) -> u32 {
+        self.pos.load(Ordering::Relaxed)
     }
 
-    /// Where the worker put this timeout, if it did (worker only).
-    pub(crate) fn key(&self) -> Option<Key> {
-        Key::unpack(self.key.load(Ordering::Relaxed))
+    fn set_pos(&self, pos: u32) {
+        self.pos.store(pos, Ordering::Relaxed);
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(self, other)
     }
 }
 
