@@ -63,12 +63,15 @@
 //! ```
 
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod error;
 pub mod queue;
 mod redwheel;
 mod scripts;
+// The timer's fast path (pooled slots, per-thread rings) is unsafe code,
+// each block with its `// SAFETY:` argument, covered by Miri and loom.
+#[allow(unsafe_code)]
 pub mod timer;
 
 pub use error::{QueueError, TimerError};

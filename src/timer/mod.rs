@@ -85,6 +85,8 @@
 
 mod clock;
 mod inbox;
+mod slot;
+mod sync;
 mod timeout;
 mod wheel;
 mod worker;
@@ -104,8 +106,8 @@ pub use self::timeout::Timeout;
 pub use crate::error::TimerError;
 
 use self::clock::Parker;
-use self::inbox::{Inbox, Inboxes, Pushed};
-use self::timeout::TimeoutInner;
+use self::inbox::{Pushed, Registry, entry_of};
+use self::slot::SlotRef;
 use self::worker::Pending;
 
 /// What [`HashedWheelTimer::new_timeout`] runs: any `FnOnce(&Timeout)`
@@ -179,17 +181,37 @@ where
 /// a job without running it drops the task.
 pub struct Job {
     timeout: Timeout,
+    /// The task is still in the timeout's slot.
+    task: bool,
 }
 
 impl Job {
+    fn new(timeout: Timeout) -> Job {
+        Job {
+            timeout,
+            task: true,
+        }
+    }
+
     /// Runs the task. A panic in the task is caught and logged.
-    pub fn run(self) {
+    pub fn run(mut self) {
+        self.task = false;
         run_task(&self.timeout);
     }
 
     /// The expired timeout this job belongs to.
     pub fn timeout(&self) -> &Timeout {
         &self.timeout
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if self.task {
+            // SAFETY: the worker moved the timeout to EXPIRED and handed the
+            // task to this job, which never ran it.
+            unsafe { self.timeout.slot.drop_task() };
+        }
     }
 }
 
@@ -202,8 +224,13 @@ impl fmt::Debug for Job {
 }
 
 /// Runs the timeout's task, catching and logging a panic.
+/// Called once per expired timeout (by the worker, or by its [`Job`]), by
+/// whoever holds its task.
 fn run_task(timeout: &Timeout) {
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| timeout.inner.run_task(timeout))) {
+    // SAFETY: the worker made the timeout EXPIRED and hands its task to
+    // exactly one runner: itself, or the job (which runs it once).
+    let run = || unsafe { timeout.slot.run_task(timeout) };
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(run)) {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
@@ -347,14 +374,13 @@ impl Builder {
             });
         }
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
-        let shared = Arc::new_cyclic(|weak| Shared {
+        let shared = Arc::new(Shared {
             state: AtomicU8::new(WORKER_INIT),
             start_ns: AtomicU64::new(START_UNSET),
             start_lock: Mutex::new(()),
             start_cv: Condvar::new(),
-            inboxes: (0..inbox::inbox_count())
-                .map(|_| Arc::new(Inbox::new(weak.clone())))
-                .collect(),
+            producers: Mutex::new(Registry::default()),
+            generation: AtomicU64::new(0),
             removed_by_worker: CachePadded::new(AtomicU64::new(0)),
             removed_elsewhere: AtomicU64::new(0),
             reserved: AtomicUsize::new(0),
@@ -516,9 +542,11 @@ pub(crate) struct Shared {
     start_ns: AtomicU64,
     start_lock: Mutex<()>,
     start_cv: Condvar,
-    /// Where producers and cancellers queue work for the worker; a thread
-    /// uses `inboxes[thread_slot & (len - 1)]`.
-    inboxes: Inboxes,
+    /// The producers: one per thread that scheduled or cancelled here (see
+    /// `inbox.rs`).
+    producers: Mutex<Registry>,
+    /// Bumped whenever `producers` changes, so the worker knows to look.
+    generation: AtomicU64,
     /// Timeouts counted out (expired, or their cancellation processed) by
     /// the worker; only the worker writes it. Pending is the inboxes'
     /// `added` minus this and `removed_elsewhere`.
@@ -630,24 +658,37 @@ impl Shared {
         let now = nanos(self.clock.now());
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         let deadline = now.saturating_add(delay);
-        let inner = TimeoutInner::new(deadline, task);
-        let inbox = &self.inboxes[inbox::thread_slot() & (self.inboxes.len() - 1)];
-        match inbox.push_pending(Arc::clone(&inner)) {
+        let key = Arc::as_ptr(self).addr();
+        let Some(mine) = inbox::mine(key, || Some(Arc::clone(self))) else {
+            // The worker is gone: `stop()` ran.
+            self.unreserve(1);
+            return Err(TimerError::Stopped);
+        };
+        // SAFETY: `mine` is this thread's producer, and its pool outlives
+        // its slots.
+        let slot = SlotRef(unsafe { mine.pool.alloc(&mine) });
+        // Two references: the handle and the ring entry.
+        // SAFETY: the slot is fresh and ours.
+        unsafe { slot::init(slot.0, deadline, 2, task) };
+        // SAFETY: this thread's producer.
+        let pushed = unsafe { mine.push(entry_of(slot, false), true) };
+        drop(mine);
+        match pushed {
             Pushed::Queued => {}
             Pushed::QueuedWake => self.wake(),
             // The worker collected its last leftovers: `stop()` ran.
             Pushed::Closed => {
                 self.unreserve(1);
+                // Both references go; the last drops the task.
+                slot.release();
+                slot.release();
                 return Err(TimerError::Stopped);
             }
         }
-        Ok(Timeout {
-            inner,
-            inbox: Some(Arc::clone(inbox)),
-        })
+        Ok(Timeout { slot })
     }
 
-    /// Wakes the dozing worker (a push found its inbox marked). Claims the
+    /// Wakes the dozing worker (a push found its ring armed). Claims the
     /// wake-up and says when, in one step: the worker may run only after
     /// the clock moved on, and must not skip the tick the push belongs to.
     /// Only the first claimant unparks it.
@@ -668,7 +709,10 @@ impl Shared {
     fn pending(&self) -> usize {
         let removed = self.removed_by_worker.load(Ordering::Acquire)
             + self.removed_elsewhere.load(Ordering::Acquire);
-        let added: u64 = self.inboxes.iter().map(|inbox| inbox.added()).sum();
+        let added: u64 = {
+            let reg = self.producers.lock();
+            reg.retired_added + reg.list.iter().map(|p| p.added()).sum::<u64>()
+        };
         usize::try_from(added.saturating_sub(removed)).unwrap_or(usize::MAX)
     }
 
@@ -685,19 +729,10 @@ impl Shared {
         self.unreserve(n as usize);
     }
 
-    /// Closes every inbox; returns the pending timeouts still queued and
-    /// counts out the queued cancellations. After this, no new timeout is
-    /// accepted and cancellations are counted out by the canceller.
-    fn close_inboxes(&self) -> Vec<Pending> {
-        let mut pending = Vec::new();
-        let mut cancelled = 0;
-        for inbox in self.inboxes.iter() {
-            let (p, c) = inbox.close();
-            pending.extend(p);
-            cancelled += c;
-        }
-        self.count_out_elsewhere(cancelled);
-        pending
+    /// Closes the registry of a timer whose worker never ran: no producer
+    /// can join it any more (none has: producers register after `start`).
+    fn close_inboxes(&self) {
+        self.producers.lock().closed = true;
     }
 
     /// Moves to SHUTDOWN, joins the worker and returns the timeouts that
@@ -732,14 +767,21 @@ impl Shared {
     /// have won).
     fn cancel_all(&self, leftovers: Vec<Pending>) -> Vec<Timeout> {
         let mut never_ran = Vec::with_capacity(leftovers.len());
-        for inner in leftovers {
-            // These left the wheel and the queue with the worker's final
-            // collection, so no queue is involved: count them out here.
-            if inner.try_cancel() {
-                self.count_out_elsewhere(1);
-                never_ran.push(Timeout { inner, inbox: None });
+        let mut frees = slot::Frees::new();
+        for slot in leftovers {
+            // These left the wheel and the rings with the worker's final
+            // collection, so no ring is involved: count them out here.
+            if slot.try_cancel(0) {
+                // SAFETY: we made the move out of `INIT`: the task is ours.
+                unsafe { slot.drop_task() };
+                // The worker's reference becomes the returned handle.
+                never_ran.push(Timeout { slot });
+            } else {
+                slot.release_into(&mut frees);
             }
         }
+        drop(frees);
+        self.count_out_elsewhere(never_ran.len() as u64);
         never_ran
     }
 }
