@@ -655,7 +655,7 @@ impl Shared {
             self.unreserve(1);
             return Err(e);
         }
-        let now = nanos(self.clock.now());
+        let now = nanos(self.clock.now_for_deadline());
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         let deadline = now.saturating_add(delay);
         let key = Arc::as_ptr(self).addr();
