@@ -651,12 +651,15 @@ impl Shared {
                 });
             }
         }
-        if let Err(e) = self.start() {
+        // Started and not stopped (the usual case) costs two loads.
+        if (self.start_ns.load(Ordering::Acquire) == START_UNSET || self.is_shutdown())
+            && let Err(e) = self.start()
+        {
             self.unreserve(1);
             return Err(e);
         }
         let now = nanos(self.clock.now_for_deadline());
-        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        let delay = nanos(delay);
         let deadline = now.saturating_add(delay);
         let key = Arc::as_ptr(self).addr();
         let Some(mine) = inbox::mine(key, || Some(Arc::clone(self))) else {
@@ -788,5 +791,8 @@ impl Shared {
 
 /// A clock reading in nanoseconds (saturating; 584 years fit).
 fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
 }
