@@ -460,10 +460,12 @@ impl Producer {
     /// Called by the pool when it allocates its first chunk: the chunks
     /// keep the producer alive (a slot finds its producer through its
     /// chunk).
-    pub(crate) fn take_pool_ref(&self) {
-        // SAFETY: `self` lives in an `Arc` (every producer is made by
-        // `Arc::new` in `register`), so this adds one strong count.
-        unsafe { Arc::increment_strong_count(self as *const Producer) };
+    ///
+    /// # Safety
+    /// `this` comes from `Arc::as_ptr` of a live producer.
+    pub(crate) unsafe fn take_pool_ref(this: *const Producer) {
+        // SAFETY: forwarded: this adds one strong count.
+        unsafe { Arc::increment_strong_count(this) };
     }
 
     /// Drops the strong count `take_pool_ref` took.
@@ -524,8 +526,18 @@ pub(crate) struct Registry {
 
 static NEXT_THREAD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+#[cfg(not(loom))]
 thread_local! {
     static THREAD_ID: Cell<u64> = const { Cell::new(0) };
+}
+
+// Under loom, threads are the model's: their ids must be too.
+#[cfg(loom)]
+loom::thread_local! {
+    static THREAD_ID: Cell<u64> = Cell::new(0);
+}
+
+thread_local! {
     static MINE: Mine = const {
         Mine {
             last_key: Cell::new(0),
@@ -537,16 +549,18 @@ thread_local! {
 
 /// A unique id of the calling thread (never reused).
 pub(crate) fn thread_id() -> u64 {
-    THREAD_ID
-        .try_with(|id| {
-            let mut v = id.get();
-            if v == 0 {
-                v = NEXT_THREAD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                id.set(v);
-            }
-            v
-        })
-        .unwrap_or(u64::MAX)
+    let id = |id: &Cell<u64>| {
+        let mut v = id.get();
+        if v == 0 {
+            v = NEXT_THREAD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            id.set(v);
+        }
+        v
+    };
+    #[cfg(not(loom))]
+    return THREAD_ID.try_with(id).unwrap_or(u64::MAX);
+    #[cfg(loom)]
+    return THREAD_ID.with(id);
 }
 
 /// This thread's producers, one per timer it used.
@@ -574,6 +588,16 @@ pub(crate) enum Mineref {
     /// Made for one use, because the thread's list is gone (the thread is
     /// exiting); orphaned when dropped.
     Once(Arc<Producer>),
+}
+
+impl Mineref {
+    /// The producer as `Arc::as_ptr` gives it (for the pool's chunks).
+    pub(crate) fn as_ptr(&self) -> *const Producer {
+        match self {
+            Mineref::Listed(p) => p.as_ptr(),
+            Mineref::Once(p) => Arc::as_ptr(p),
+        }
+    }
 }
 
 impl std::ops::Deref for Mineref {
@@ -674,4 +698,106 @@ pub(crate) fn slot_of(entry: Entry) -> (SlotRef, bool) {
     // SAFETY: entries are made by `entry_of` from live slots.
     let slot = SlotRef(unsafe { NonNull::new_unchecked(ptr) });
     (slot, entry.addr() & CANCEL_TAG != 0)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A fake entry (never dereferenced by the ring).
+    fn entry(i: usize) -> Entry {
+        ptr::without_provenance_mut(8 * (i + 1))
+    }
+
+    fn producer() -> Producer {
+        Producer::new(Weak::new(), thread_id())
+    }
+
+    /// Claims and returns (entries, unseen).
+    fn claim(p: &Producer) -> (Vec<usize>, u32) {
+        let mut got = Vec::new();
+        // SAFETY: the test thread plays the worker.
+        let unseen = unsafe { p.claim(|e| got.push(e.addr() / 8 - 1)) };
+        (got, unseen)
+    }
+
+    #[test]
+    fn entries_arrive_in_order_across_segments_and_segments_are_reused() {
+        let p = producer();
+        let mut next = 0;
+        for round in 0..3 {
+            let n = SEG * 2 + 7;
+            for i in next..next + n {
+                // SAFETY: the test thread plays the producer.
+                assert_eq!(unsafe { p.push(entry(i), true) }, Pushed::Queued);
+            }
+            let (got, unseen) = claim(&p);
+            assert_eq!(got, (next..next + n).collect::<Vec<_>>(), "round {round}");
+            assert_eq!(unseen, 0);
+            next += n;
+        }
+        assert_eq!(p.added(), next as u64);
+        assert_eq!(claim(&p), (vec![], 0), "nothing twice");
+    }
+
+    #[test]
+    fn the_last_entry_can_be_taken_back_until_the_worker_claims_it() {
+        let p = producer();
+        unsafe {
+            assert_eq!(p.push(entry(0), true), Pushed::Queued);
+            assert_eq!(p.push(entry(1), true), Pushed::Queued);
+            assert!(!p.unpublish(entry(0)), "only the last one");
+            assert!(p.pushed_last(entry(1)));
+            assert!(p.unpublish(entry(1)));
+            assert!(!p.unpublish(entry(1)), "not twice");
+            assert_eq!(p.push(entry(2), true), Pushed::Queued);
+        }
+        assert_eq!(claim(&p), (vec![0, 2], 1), "taken back, counted once");
+        unsafe {
+            assert_eq!(p.push(entry(3), true), Pushed::Queued);
+        }
+        assert_eq!(claim(&p), (vec![3], 0));
+        unsafe {
+            assert!(!p.unpublish(entry(3)), "claimed: too late");
+        }
+        assert_eq!(p.added(), 4, "a timeout taken back was still accepted");
+    }
+
+    #[test]
+    fn a_push_into_an_armed_ring_asks_for_a_wake_up_once() {
+        let p = producer();
+        unsafe {
+            assert!(p.arm());
+            assert_eq!(p.push(entry(0), true), Pushed::QueuedWake);
+            assert_eq!(p.push(entry(1), true), Pushed::Queued);
+            assert!(!p.arm(), "unclaimed entries: no doze");
+            assert!(p.has_input());
+        }
+        assert_eq!(claim(&p).0, vec![0, 1]);
+        unsafe {
+            assert!(!p.has_input());
+            assert!(p.arm());
+        }
+        p.disarm();
+        unsafe {
+            assert_eq!(p.push(entry(2), true), Pushed::Queued);
+        }
+    }
+
+    #[test]
+    fn a_closed_ring_hands_over_what_it_holds_and_refuses_the_rest() {
+        let p = producer();
+        let mut got = Vec::new();
+        unsafe {
+            assert_eq!(p.push(entry(0), true), Pushed::Queued);
+            assert_eq!(p.push(entry(1), false), Pushed::Queued);
+            assert!(p.unpublish(entry(1)));
+            let unseen = p.close(|e| got.push(e.addr() / 8 - 1));
+            assert_eq!((got.clone(), unseen), (vec![0], 1));
+            assert!(p.is_closed());
+            assert_eq!(p.push(entry(2), true), Pushed::Closed);
+            assert!(!p.unpublish(entry(2)));
+        }
+        assert_eq!(p.added(), 1, "a refused timeout is not counted");
+    }
 }

@@ -91,6 +91,9 @@ mod timeout;
 mod wheel;
 mod worker;
 
+#[cfg(all(test, loom))]
+mod loom;
+
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -669,7 +672,7 @@ impl Shared {
         };
         // SAFETY: `mine` is this thread's producer, and its pool outlives
         // its slots.
-        let slot = SlotRef(unsafe { mine.pool.alloc(&mine) });
+        let slot = SlotRef(unsafe { mine.pool.alloc(mine.as_ptr()) });
         // Two references: the handle and the ring entry.
         // SAFETY: the slot is fresh and ours.
         unsafe { slot::init(slot.0, deadline, 2, task) };

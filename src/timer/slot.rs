@@ -174,9 +174,10 @@ impl Pool {
     /// A free slot, uninitialised apart from its memory being reserved.
     ///
     /// # Safety
-    /// Only the owner's thread may call this, with `owner` its producer
-    /// (which must outlive every chunk: see `Producer::take_pool_ref`).
-    pub(crate) unsafe fn alloc(&self, owner: &Producer) -> NonNull<Slot> {
+    /// Only the owner's thread may call this, with `owner` its producer,
+    /// a pointer from `Arc::as_ptr` (the chunks keep a strong count of it:
+    /// see `Producer::take_pool_ref`).
+    pub(crate) unsafe fn alloc(&self, owner: *const Producer) -> NonNull<Slot> {
         self.local.with_mut(|l| {
             // SAFETY: owner thread only, no other borrow of `local` is live.
             let l = unsafe { &mut *l };
@@ -341,7 +342,7 @@ fn block_layout(chunks: usize) -> Layout {
 }
 
 /// A new block of chunks for `pool`: its first chunk and its length.
-fn new_block(owner: &Producer, pool: &Pool) -> (*mut Chunk, usize) {
+fn new_block(owner: *const Producer, pool: &Pool) -> (*mut Chunk, usize) {
     let blocks = pool.chunks.with(|c| {
         // SAFETY: owner thread only (the caller, `alloc`).
         unsafe { (*c).len() }
@@ -358,7 +359,8 @@ fn new_block(owner: &Producer, pool: &Pool) -> (*mut Chunk, usize) {
         unsafe { (*c).push((block, n)) };
     });
     if blocks == 0 {
-        owner.take_pool_ref();
+        // SAFETY: `owner` comes from `Arc::as_ptr` (see `alloc`).
+        unsafe { Producer::take_pool_ref(owner) };
     }
     (block.as_ptr(), n)
 }
@@ -367,7 +369,7 @@ fn new_block(owner: &Producer, pool: &Pool) -> (*mut Chunk, usize) {
 ///
 /// # Safety
 /// `chunk` is an unused chunk of one of `owner`'s blocks.
-unsafe fn init_chunk(chunk: *mut Chunk, owner: &Producer) {
+unsafe fn init_chunk(chunk: *mut Chunk, owner: *const Producer) {
     // SAFETY: allocated and suitably aligned; ours.
     unsafe {
         ptr::addr_of_mut!((*chunk).owner).write(owner);
@@ -777,5 +779,212 @@ impl Frees {
 impl Drop for Frees {
     fn drop(&mut self) {
         self.flush();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering as O};
+    use std::sync::{Arc, Weak};
+
+    use super::*;
+    use crate::timer::inbox::{Producer, thread_id};
+
+    /// Counts runs and drops of the task it is captured in.
+    #[derive(Default)]
+    struct Tally {
+        ran: AtomicUsize,
+        dropped: AtomicUsize,
+    }
+
+    struct Guard(Arc<Tally>);
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.dropped.fetch_add(1, O::SeqCst);
+        }
+    }
+
+    /// A task of about `N` bytes that counts its run and its drop.
+    fn task<const N: usize>(
+        t: &Arc<Tally>,
+    ) -> impl FnOnce(&super::super::Timeout) + Send + 'static {
+        let guard = Guard(Arc::clone(t));
+        let pad = [7u8; N];
+        move |_| {
+            std::hint::black_box(pad);
+            guard.0.ran.fetch_add(1, O::SeqCst);
+        }
+    }
+
+    fn producer() -> Arc<Producer> {
+        Arc::new(Producer::new(Weak::new(), thread_id()))
+    }
+
+    fn new_slot<F>(p: &Arc<Producer>, refs: u32, f: F) -> SlotRef
+    where
+        F: FnOnce(&super::super::Timeout) + Send + 'static,
+    {
+        // SAFETY: this thread owns `p`; the slot is fresh.
+        let slot = SlotRef(unsafe { p.pool.alloc(Arc::as_ptr(p)) });
+        unsafe { init(slot.0, 42, refs, f) };
+        slot
+    }
+
+    #[test]
+    fn small_tasks_live_in_the_slot_and_large_ones_in_a_box() {
+        assert!(fits_inline::<[usize; 2]>());
+        assert!(!fits_inline::<[usize; 3]>());
+        assert!(!fits_inline::<u128>(), "alignment above the slot's");
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
+        assert_eq!(SLOTS_PER_CHUNK, 102);
+    }
+
+    #[test]
+    fn an_expired_task_runs_once_and_is_dropped_once_inline_or_boxed() {
+        let p = producer();
+        let small = Arc::new(Tally::default());
+        let large = Arc::new(Tally::default());
+        for (slot, t) in [
+            (new_slot(&p, 1, task::<1>(&small)), &small),
+            (new_slot(&p, 1, task::<64>(&large)), &large),
+        ] {
+            assert_eq!(slot.deadline(), 42);
+            assert!(slot.try_expire());
+            assert!(!slot.try_cancel(0), "expired is final");
+            let handle = slot.borrowed_handle();
+            // SAFETY: this test made the move to EXPIRED, once.
+            unsafe { slot.run_task(&handle) };
+            slot.release();
+            assert_eq!(t.ran.load(O::SeqCst), 1);
+            assert_eq!(t.dropped.load(O::SeqCst), 1);
+        }
+        // SAFETY: this thread owns the pool.
+        unsafe { p.pool.close() };
+        assert_eq!(
+            Arc::strong_count(&p),
+            1,
+            "the chunks let go of the producer"
+        );
+    }
+
+    #[test]
+    fn a_cancelled_task_is_dropped_by_the_canceller_and_never_runs() {
+        let p = producer();
+        let t = Arc::new(Tally::default());
+        let slot = new_slot(&p, 2, task::<8>(&t));
+        assert!(slot.try_cancel(1));
+        assert!(!slot.try_cancel(1), "a second cancel loses");
+        assert!(!slot.try_expire(), "cancelled is final");
+        // SAFETY: the cancel above won.
+        unsafe { slot.drop_task() };
+        assert_eq!(t.dropped.load(O::SeqCst), 1);
+        for _ in 0..3 {
+            slot.release();
+        }
+        assert_eq!(t.ran.load(O::SeqCst), 0);
+        assert_eq!(
+            t.dropped.load(O::SeqCst),
+            1,
+            "freeing does not drop it again"
+        );
+        // SAFETY: this thread owns the pool.
+        unsafe { p.pool.close() };
+        assert_eq!(Arc::strong_count(&p), 1);
+    }
+
+    #[test]
+    fn a_never_claimed_slot_drops_its_task_when_its_last_reference_goes() {
+        let p = producer();
+        let t = Arc::new(Tally::default());
+        let slot = new_slot(&p, 2, task::<24>(&t));
+        slot.add_ref();
+        slot.release();
+        slot.release();
+        assert_eq!(t.dropped.load(O::SeqCst), 0, "one reference is left");
+        slot.release();
+        assert_eq!(t.dropped.load(O::SeqCst), 1);
+        assert_eq!(t.ran.load(O::SeqCst), 0);
+        unsafe { p.pool.close() };
+    }
+
+    #[test]
+    fn freed_slots_are_reused_and_the_chunks_go_with_the_last_slot_after_close() {
+        let p = producer();
+        let t = Arc::new(Tally::default());
+        let first: Vec<SlotRef> = (0..250).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+        let addrs: std::collections::BTreeSet<usize> =
+            first.iter().map(|s| s.0.addr().get()).collect();
+        for s in first {
+            s.release();
+        }
+        let again: Vec<SlotRef> = (0..250).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+        assert!(
+            again.iter().all(|s| addrs.contains(&s.0.addr().get())),
+            "freed slots come back before new ones are carved"
+        );
+        let (keep, rest) = again.split_at(1);
+        for s in rest {
+            s.release();
+        }
+        // SAFETY: this thread owns the pool.
+        unsafe { p.pool.close() };
+        assert_eq!(Arc::strong_count(&p), 2, "one slot still holds the chunks");
+        keep[0].release();
+        assert_eq!(Arc::strong_count(&p), 1, "released with the last slot");
+        assert_eq!(t.dropped.load(O::SeqCst), 500);
+    }
+
+    #[test]
+    fn slots_freed_on_other_threads_go_back_to_their_pool() {
+        let p = producer();
+        let t = Arc::new(Tally::default());
+        let slots: Vec<SlotRef> = (0..150).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+        let addrs: std::collections::BTreeSet<usize> =
+            slots.iter().map(|s| s.0.addr().get()).collect();
+        std::thread::scope(|s| {
+            let (a, b) = slots.split_at(75);
+            s.spawn(move || {
+                let mut frees = Frees::new();
+                for slot in a {
+                    slot.release_into(&mut frees);
+                }
+            });
+            s.spawn(move || {
+                for slot in b {
+                    slot.release();
+                }
+            });
+        });
+        assert_eq!(t.dropped.load(O::SeqCst), 150);
+        // The pool has 54 carved-but-unused slots in its chunk; then the
+        // remote ones come back.
+        let again: Vec<SlotRef> = (0..204).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+        let reused = again
+            .iter()
+            .filter(|s| addrs.contains(&s.0.addr().get()))
+            .count();
+        assert_eq!(reused, 150);
+        for s in again {
+            s.release();
+        }
+        unsafe { p.pool.close() };
+        assert_eq!(Arc::strong_count(&p), 1);
+    }
+
+    #[test]
+    fn a_slot_finds_its_producer_through_its_chunk() {
+        let p = producer();
+        let t = Arc::new(Tally::default());
+        let slots: Vec<SlotRef> = (0..300).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+        assert!(
+            slots
+                .iter()
+                .all(|s| std::ptr::eq(owner_of(s.0), Arc::as_ptr(&p)))
+        );
+        for s in slots {
+            s.release();
+        }
+        unsafe { p.pool.close() };
     }
 }
