@@ -18,6 +18,10 @@
 //!   --threads P    producer threads for W6            (default 2)
 //!   --dump FILE    W4: write "deadline_ms lateness_us" per timeout of the last repetition
 //!   --idle-secs S  length of one Idle window          (default 10)
+//!   --impl I       redwheel (default), or another Rust timer on W1, W2
+//!                  and W4: tokio-delay-queue (tokio-util's DelayQueue on
+//!                  a current-thread tokio runtime, one owner) or hhwt
+//!                  (hierarchical_hash_wheel_timer's TimerWithThread)
 //! ```
 //!
 //! Every run builds a fresh timer (tick 1 ms, 512 buckets, tasks on the
@@ -133,6 +137,7 @@ struct Config {
     threads: usize,
     dump: Option<String>,
     idle_secs: f64,
+    imp: String,
 }
 
 impl Default for Config {
@@ -148,6 +153,7 @@ impl Default for Config {
             threads: 2,
             dump: None,
             idle_secs: 10.0,
+            imp: "redwheel".to_owned(),
         }
     }
 }
@@ -175,6 +181,7 @@ fn parse_args() -> BoxResult<(Config, Vec<String>)> {
             "--threads" => cfg.threads = value(&a)?.parse()?,
             "--dump" => cfg.dump = Some(value(&a)?),
             "--idle-secs" => cfg.idle_secs = value(&a)?.parse()?,
+            "--impl" => cfg.imp = value(&a)?,
             "-h" | "--help" => {
                 println!("usage: bench_timer [options] {}", WORKLOADS.join(" "));
                 std::process::exit(0);
@@ -185,6 +192,16 @@ fn parse_args() -> BoxResult<(Config, Vec<String>)> {
     }
     if cfg.reps == 0 || cfg.n == 0 || cfg.n4 == 0 || cfg.threads == 0 {
         return Err("--reps, --n, --n4 and --threads must be positive".into());
+    }
+    let peer_workloads = ["W1", "W2", "W4"];
+    match cfg.imp.as_str() {
+        "redwheel" => {}
+        "tokio-delay-queue" | "hhwt" => {
+            if let Some(w) = ws.iter().find(|w| !peer_workloads.contains(&w.as_str())) {
+                return Err(format!("--impl {} runs W1, W2 and W4 only, not {w}", cfg.imp).into());
+            }
+        }
+        other => return Err(format!("unknown --impl {other:?}").into()),
     }
     Ok((cfg, ws))
 }
@@ -785,6 +802,9 @@ type Run<'a> = Box<dyn Fn() -> BoxResult<Metrics> + 'a>;
 
 fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
     let seed = cfg.seed;
+    if cfg.imp != "redwheel" {
+        return peers::runner(w, cfg);
+    }
     match w {
         "W1" => {
             let d = delays_ms(cfg.n, 1000, 60000, seed);
@@ -843,12 +863,13 @@ fn runtime() -> String {
 
 fn json(w: &str, cfg: &Config, runtime: &str, runs: &[Metrics]) -> String {
     let mut s = String::new();
-    s.push_str("{\"impl\":\"redwheel\"");
-    let _ = write!(
-        s,
-        ",\"lib_version\":\"redwheel {}\"",
-        env!("CARGO_PKG_VERSION")
-    );
+    let _ = write!(s, "{{\"impl\":\"{}\"", cfg.imp);
+    let version = match cfg.imp.as_str() {
+        "tokio-delay-queue" => "tokio-util 0.7",
+        "hhwt" => "hierarchical_hash_wheel_timer 1",
+        _ => concat!("redwheel ", env!("CARGO_PKG_VERSION")),
+    };
+    let _ = write!(s, ",\"lib_version\":\"{version}\"");
     let _ = write!(s, ",\"runtime\":\"{runtime}\"");
     let _ = write!(s, ",\"workload\":\"{w}\"");
     let n = match w {
@@ -923,4 +944,161 @@ fn main() -> BoxResult<()> {
         out.flush()?;
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------- other Rust timers
+
+/// W1, W2 and W4 on other Rust timers, measured exactly as ours: the same
+/// delays, the same timed loops (handles dropped at once in W1, cancelled
+/// at once in W2), the same lateness statistics.
+mod peers {
+    use std::future::poll_fn;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::{Arc, mpsc};
+    use std::time::{Duration, Instant};
+
+    use hierarchical_hash_wheel_timer::thread_timer::TimerWithThread;
+    use hierarchical_hash_wheel_timer::{
+        ClosureTimer, OneShotClosureState, PeriodicClosureState, Timer,
+    };
+    use tokio_util::time::DelayQueue;
+
+    use super::{BoxResult, Config, Metrics, Run, bump, delays_ms, lateness_stats, leak_counter};
+
+    type Hhwt = TimerWithThread<u64, OneShotClosureState<u64>, PeriodicClosureState<u64>>;
+
+    pub(super) fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
+        let seed = cfg.seed;
+        let tokio = cfg.imp == "tokio-delay-queue";
+        match w {
+            "W4" => {
+                let d = delays_ms(cfg.n4, 0, 2000, seed.wrapping_add(4));
+                if tokio {
+                    Box::new(move || tokio_w4(&d))
+                } else {
+                    Box::new(move || hhwt_w4(&d))
+                }
+            }
+            _ => {
+                let cancel = w == "W2";
+                let d = delays_ms(cfg.n, 1000, 60000, seed);
+                if tokio {
+                    Box::new(move || tokio_schedule(&d, cancel))
+                } else {
+                    Box::new(move || hhwt_schedule(&d, cancel))
+                }
+            }
+        }
+    }
+
+    fn schedule_metrics(loop_ns: f64, cancel: bool) -> Metrics {
+        let name = if cancel {
+            "ns_per_schedule_cancel"
+        } else {
+            "ns_per_schedule"
+        };
+        vec![(name, loop_ns)]
+    }
+
+    fn runtime() -> BoxResult<tokio::runtime::Runtime> {
+        Ok(tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?)
+    }
+
+    /// W1/W2 on a DelayQueue (its owner inserts; a no-op value).
+    fn tokio_schedule(d: &[u64], cancel: bool) -> BoxResult<Metrics> {
+        let rt = runtime()?;
+        let ns = rt.block_on(async {
+            let mut q: DelayQueue<u64> = DelayQueue::new();
+            let t0 = Instant::now();
+            for (i, &ms) in d.iter().enumerate() {
+                let key = q.insert(i as u64, Duration::from_millis(ms));
+                if cancel {
+                    std::hint::black_box(q.remove(&key));
+                }
+            }
+            let ns = t0.elapsed().as_nanos() as f64 / d.len() as f64;
+            drop(q);
+            ns
+        });
+        Ok(schedule_metrics(ns, cancel))
+    }
+
+    /// W4 on a DelayQueue: its owner inserts back to back, then polls it;
+    /// a timeout fires when the queue yields it.
+    fn tokio_w4(d: &[u64]) -> BoxResult<Metrics> {
+        let rt = runtime()?;
+        let n = d.len();
+        let base = Instant::now();
+        let (deadline, fired) = rt.block_on(async {
+            let mut q: DelayQueue<usize> = DelayQueue::with_capacity(n);
+            let mut deadline = vec![0i64; n];
+            for (i, &ms) in d.iter().enumerate() {
+                deadline[i] = base.elapsed().as_nanos() as i64 + ms as i64 * 1_000_000;
+                q.insert(i, Duration::from_millis(ms));
+            }
+            let mut fired = vec![0i64; n];
+            while let Some(expired) = poll_fn(|cx| q.poll_expired(cx)).await {
+                fired[expired.into_inner()] = base.elapsed().as_nanos() as i64;
+            }
+            (deadline, fired)
+        });
+        Ok(lateness_stats(&deadline, &fired, d))
+    }
+
+    fn hhwt_timer() -> BoxResult<Hhwt> {
+        Ok(Hhwt::new()?)
+    }
+
+    /// W1/W2 on hierarchical_hash_wheel_timer's thread timer (a closure
+    /// bumping the shared counter, as ours).
+    fn hhwt_schedule(d: &[u64], cancel: bool) -> BoxResult<Metrics> {
+        let timer = hhwt_timer()?;
+        let mut r = timer.timer_ref();
+        let counter = leak_counter();
+        let t0 = Instant::now();
+        for (i, &ms) in d.iter().enumerate() {
+            let id = i as u64;
+            r.schedule_action_once(id, Duration::from_millis(ms), move |_| bump(counter));
+            if cancel {
+                r.cancel(&id);
+            }
+        }
+        let ns = t0.elapsed().as_nanos() as f64 / d.len() as f64;
+        timer
+            .shutdown()
+            .map_err(|e| format!("hhwt shutdown: {e:?}"))?;
+        Ok(schedule_metrics(ns, cancel))
+    }
+
+    fn hhwt_w4(d: &[u64]) -> BoxResult<Metrics> {
+        let timer = hhwt_timer()?;
+        let mut r = timer.timer_ref();
+        let n = d.len();
+        let base = Instant::now();
+        let fired: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+        let remaining = Arc::new(AtomicUsize::new(n));
+        let (tx, rx) = mpsc::channel();
+        let mut deadline = vec![0i64; n];
+        for (i, &ms) in d.iter().enumerate() {
+            let (fired, remaining, tx) = (Arc::clone(&fired), Arc::clone(&remaining), tx.clone());
+            deadline[i] = base.elapsed().as_nanos() as i64 + ms as i64 * 1_000_000;
+            r.schedule_action_once(i as u64, Duration::from_millis(ms), move |_| {
+                fired[i].store(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    let _ = tx.send(());
+                }
+            });
+        }
+        rx.recv()?;
+        timer
+            .shutdown()
+            .map_err(|e| format!("hhwt shutdown: {e:?}"))?;
+        let fired: Vec<i64> = fired
+            .iter()
+            .map(|f| f.load(Ordering::Relaxed) as i64)
+            .collect();
+        Ok(lateness_stats(&deadline, &fired, d))
+    }
 }
