@@ -6,9 +6,10 @@
 //! ## The timer
 //!
 //! [`timer::HashedWheelTimer`] runs tasks after a delay on one dedicated
-//! worker thread. Scheduling is a lock-free push; cancelling is a
-//! compare-and-swap; the worker moves timeouts into a ring of buckets once
-//! per tick and runs those that are due.
+//! worker thread. Scheduling is a push onto the calling thread's own queue
+//! (one atomic read-modify-write, no lock, no allocator call); cancelling
+//! is a compare-and-swap; the worker moves timeouts into a ring of buckets
+//! once per tick and runs those that are due.
 //!
 //! ```
 //! use std::sync::mpsc;

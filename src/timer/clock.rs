@@ -118,7 +118,8 @@ impl Parker {
 /// The real clock: [`Instant`], measured from the moment the clock was made.
 ///
 /// `new_timeout` reads it through a cheaper estimate where one is provably
-/// never behind it (the time-stamp counter, see [`tsc`]); the worker, which
+/// never behind it (the time-stamp counter; see `clock::tsc` in the
+/// source); the worker, which
 /// decides when a timeout fires, always reads `Instant`.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {

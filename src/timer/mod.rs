@@ -7,17 +7,18 @@
 //! [`start`](HashedWheelTimer::start)). The wheel is a ring of `2^k`
 //! buckets; the bucket of tick `t` is `t & (2^k - 1)`.
 //!
-//! * `new_timeout` never touches the wheel: it pushes the timeout onto the
-//!   pending list of its thread's inbox and returns its [`Timeout`] handle.
-//! * `cancel` is a compare-and-swap on the timeout's state plus a push onto
-//!   the cancelled list of the inbox the timeout came through (or, when the
-//!   timeout is still among the last few queued there, its removal from
-//!   the pending list and a count for the worker).
+//! * `new_timeout` never touches the wheel: it pushes the timeout onto its
+//!   thread's own ring for this timer and returns its [`Timeout`] handle.
+//! * `cancel` is a compare-and-swap on the timeout's state plus a
+//!   cancellation pushed onto the calling thread's ring (or, when that
+//!   thread pushed the timeout last and the worker has not taken it yet,
+//!   taking it back out of the ring, which leaves a count for the worker).
 //! * Tick `t` covers `[start + t·tick, start + (t+1)·tick)`. The worker
-//!   processes it once it has ended: it drains the cancelled lists
-//!   (unlinking those timeouts), moves at most 100,000 pending timeouts into
-//!   buckets, and then fires, in FIFO order, every timeout of bucket
-//!   `t & mask` whose deadline falls in tick `t` or earlier.
+//!   processes it once it has ended: it takes what the rings hold, counts
+//!   out the cancellations (unlinking those timeouts), moves at most
+//!   100,000 new timeouts into buckets, and then fires, in FIFO order, every
+//!   timeout of bucket `t & mask` whose deadline falls in tick `t` or
+//!   earlier.
 //!
 //! A timeout therefore fires at most once, never before its deadline, never
 //! after a `cancel()` that returned `true`, and normally within one tick
@@ -27,22 +28,26 @@
 //! # Implementation
 //!
 //! In layers, following tokio's time driver: `wheel.rs` is the data
-//! structure in integer ticks (slab-backed doubly-linked buckets, removal by
-//! key checked by identity), `timeout.rs` the per-timeout state, `clock.rs` the
-//! time source, `inbox.rs` the way in, `worker.rs` the tick loop.
+//! structure in integer ticks (buckets are vectors of timeouts, each timeout
+//! recording its position), `slot.rs` the memory and state of a timeout,
+//! `timeout.rs` its handle, `clock.rs` the time source, `inbox.rs` the way
+//! in, `worker.rs` the tick loop; `sync.rs` swaps in loom's primitives for
+//! the model checks in `loom.rs`.
 //!
-//! Timeouts reach the worker through inboxes: a few per core, each a pair of
-//! vectors (pending, cancelled) under a lock that only its own producer
-//! threads and, about once per tick, the worker take. A producer's push is
-//! an uncontended lock, a vector push and an unlock; the worker swaps whole
-//! vectors out. Netty uses one lock-free MPSC queue instead; in Rust that
-//! costs a contended compare-and-swap per push when producers run in
-//! parallel, and its segments are allocated by producers and freed by the
-//! worker, which made the allocator the bottleneck. Each thread's timeouts
-//! keep their order (SPEC HWT-W11 promises order per producer); how two
-//! threads' timeouts due in the same tick interleave is not specified.
-//! Timeouts are counted per inbox (`added`) and by the worker (`removed`),
-//! so no counter is shared by all producers either.
+//! The fast path, per `new_timeout`: one clock read (the time-stamp
+//! counter where it provably never runs behind the clock, see
+//! `clock::tsc`), a 40-byte slot taken from the calling thread's own pool
+//! (no lock, no allocator call), and a push onto the calling thread's own
+//! ring, whose one read-modify-write also tells whether the worker sleeps.
+//! The handle is a pointer to the slot, whose one word holds both the
+//! state and a reference count; dropping a handle is one
+//! read-modify-write (none when it is the last reference). Netty uses one
+//! lock-free MPSC queue instead; in Rust that costs a contended
+//! compare-and-swap per push when producers run in parallel. Each thread's
+//! timeouts keep their order (SPEC HWT-W11 promises order per producer);
+//! how two threads' timeouts due in the same tick interleave is not
+//! specified. Timeouts are counted per producer (`added`) and by the worker
+//! (`removed`), so no counter is shared by all producers either.
 //!
 //! Netty wakes up every tick. This worker processes every tick in order
 //! while there is something to do, but when nothing can be due before some
@@ -73,7 +78,7 @@
 //! * Timeouts due in the same tick fire in the order their thread scheduled
 //!   them (HWT-W11's promise per producer). Netty's single queue also
 //!   orders timeouts of different threads by when they reached it; here
-//!   each thread has its own inbox, and that interleaving is unspecified.
+//!   each thread has its own ring, and that interleaving is unspecified.
 //! * A bucket visit does not walk timeouts due on later turns of the wheel
 //!   (see `wheel.rs`), and the worker wakes up precisely at a tick end when
 //!   something falls due (see above); Netty wakes every tick and walks the
