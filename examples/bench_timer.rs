@@ -1,5 +1,6 @@
 //! Benchmarks of redwheel's [`HashedWheelTimer`] on the timer workloads of
-//! `shared/BENCHMARKS.md` (W1–W6, plus W5b and Idle), written to match the
+//! `shared/BENCHMARKS.md` (W1–W6, plus W5b and Idle, and M5 for the worker's
+//! own costs), written to match the
 //! Netty harness `shared/peers/netty/NettyTimerBench.java` line for line:
 //! the same SplitMix64 delay sequences, the same nearest-rank percentiles,
 //! the same metric names and the same one-JSON-line-per-workload output
@@ -17,6 +18,10 @@
 //!   --threads P    producer threads for W6            (default 2)
 //!   --dump FILE    W4: write "deadline_ms lateness_us" per timeout of the last repetition
 //!   --idle-secs S  length of one Idle window          (default 10)
+//!   --impl I       redwheel (default), or another Rust timer on W1, W2
+//!                  and W4: tokio-delay-queue (tokio-util's DelayQueue on
+//!                  a current-thread tokio runtime, one owner) or hhwt
+//!                  (hierarchical_hash_wheel_timer's TimerWithThread)
 //! ```
 //!
 //! Every run builds a fresh timer (tick 1 ms, 512 buckets, tasks on the
@@ -32,6 +37,9 @@
 //! `BENCH_PERF_CTL=CTL` (and `BENCH_PERF_ACK=ACK`) in the environment, and
 //! recording is switched on only around the timed regions (W1/W2/W6: the
 //! schedule loop and the barrier; W4/W5: schedule loop to last expiry).
+//! Instruction counts: `valgrind --tool=callgrind
+//! --toggle-collect='*schedule_loop*' bench_timer --n 200000 --reps 1
+//! --warmup 0 W1` counts W1's (or W2's) producer loop only.
 //!
 //! W3 counts live heap bytes with the counting global allocator below; its
 //! counter only runs inside W3's measurement window (the window's allocations
@@ -47,7 +55,7 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redwheel::timer::{HashedWheelTimer, Timeout};
+use redwheel::timer::{HashedWheelTimer, ManualClock, Timeout};
 
 #[path = "support/splitmix.rs"]
 mod splitmix;
@@ -129,6 +137,7 @@ struct Config {
     threads: usize,
     dump: Option<String>,
     idle_secs: f64,
+    imp: String,
 }
 
 impl Default for Config {
@@ -144,11 +153,12 @@ impl Default for Config {
             threads: 2,
             dump: None,
             idle_secs: 10.0,
+            imp: "redwheel".to_owned(),
         }
     }
 }
 
-const WORKLOADS: [&str; 8] = ["W1", "W2", "W3", "W4", "W5", "W5b", "W6", "Idle"];
+const WORKLOADS: [&str; 9] = ["W1", "W2", "W3", "W4", "W5", "W5b", "W6", "Idle", "M5"];
 
 fn parse_args() -> BoxResult<(Config, Vec<String>)> {
     let mut cfg = Config::default();
@@ -171,6 +181,7 @@ fn parse_args() -> BoxResult<(Config, Vec<String>)> {
             "--threads" => cfg.threads = value(&a)?.parse()?,
             "--dump" => cfg.dump = Some(value(&a)?),
             "--idle-secs" => cfg.idle_secs = value(&a)?.parse()?,
+            "--impl" => cfg.imp = value(&a)?,
             "-h" | "--help" => {
                 println!("usage: bench_timer [options] {}", WORKLOADS.join(" "));
                 std::process::exit(0);
@@ -181,6 +192,16 @@ fn parse_args() -> BoxResult<(Config, Vec<String>)> {
     }
     if cfg.reps == 0 || cfg.n == 0 || cfg.n4 == 0 || cfg.threads == 0 {
         return Err("--reps, --n, --n4 and --threads must be positive".into());
+    }
+    let peer_workloads = ["W1", "W2", "W4"];
+    match cfg.imp.as_str() {
+        "redwheel" => {}
+        "tokio-delay-queue" | "hhwt" => {
+            if let Some(w) = ws.iter().find(|w| !peer_workloads.contains(&w.as_str())) {
+                return Err(format!("--impl {} runs W1, W2 and W4 only, not {w}", cfg.imp).into());
+            }
+        }
+        other => return Err(format!("unknown --impl {other:?}").into()),
     }
     Ok((cfg, ws))
 }
@@ -347,12 +368,7 @@ fn schedule_all(cfg: &Config, d: &[u64], cancel: bool) -> BoxResult<ScheduleRun>
     let n = d.len() as f64;
     perf_ctl("enable");
     let t0 = Instant::now();
-    for &ms in d {
-        let t = timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
-        if cancel {
-            t.cancel();
-        }
-    }
+    schedule_loop(&timer, d, cancel, counter)?;
     let t1 = Instant::now();
     barrier(&timer)?;
     let t2 = Instant::now();
@@ -369,6 +385,25 @@ fn schedule_all(cfg: &Config, d: &[u64], cancel: bool) -> BoxResult<ScheduleRun>
         pending,
         fired,
     })
+}
+
+/// The timed loop of W1 and W2, in a function of its own so that
+/// `valgrind --tool=callgrind --toggle-collect='*schedule_loop*'` counts the
+/// instructions of exactly this loop (per timeout: divide by `--n`).
+#[inline(never)]
+fn schedule_loop(
+    timer: &HashedWheelTimer,
+    d: &[u64],
+    cancel: bool,
+    counter: &'static AtomicU64,
+) -> BoxResult<()> {
+    for &ms in d {
+        let t = timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
+        if cancel {
+            t.cancel();
+        }
+    }
+    Ok(())
 }
 
 fn w3(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
@@ -621,6 +656,50 @@ fn w5b(cfg: &Config, n: usize) -> BoxResult<Metrics> {
     ])
 }
 
+/// M5 (ours only, no Netty counterpart): W5's burst on a manual clock, so
+/// that the worker's two costs are measured apart and free of sleeps: the
+/// `advance` that moves the burst into the wheel (ns per transfer) and the
+/// one that fires it (ns per expiry). Deterministic, hence also the
+/// workload for callgrind: `valgrind --tool=callgrind bench_timer --n
+/// 200000 --reps 1 --warmup 0 M5`, then the inclusive cost of
+/// `Worker::transfer` and `Worker::expire` over `--n`.
+fn m5(cfg: &Config, n: usize) -> BoxResult<Metrics> {
+    let clock = ManualClock::new();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(cfg.tick_ms))
+        .ticks_per_wheel(cfg.wheel)
+        .thread_name("hwt-worker")
+        .clock(clock.clone())
+        .build()?;
+    timer.start()?;
+    let t0 = Instant::now();
+    let (task, rx) = leak_burst(n, t0);
+    let tick = Duration::from_millis(cfg.tick_ms);
+    let deadline = Duration::from_millis(500);
+    let s0 = Instant::now();
+    for _ in 0..n {
+        let delay = deadline.saturating_sub(timer.now());
+        timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
+    }
+    let s1 = Instant::now();
+    // Enough ticks for the transfer cap (100,000 per tick).
+    let transfer_ticks = n.div_ceil(100_000) as u32 + 1;
+    clock.advance(tick * transfer_ticks);
+    let s2 = Instant::now();
+    clock.advance(deadline);
+    let s3 = Instant::now();
+    rx.recv()?;
+    let pending = timer.pending_timeouts();
+    timer.stop()?;
+    let per = |a: Instant, b: Instant| (b - a).as_nanos() as f64 / n as f64;
+    Ok(vec![
+        ("ns_per_expiry", per(s2, s3)),
+        ("ns_per_transfer", per(s1, s2)),
+        ("ns_per_schedule", per(s0, s1)),
+        ("pending_after", pending as f64),
+    ])
+}
+
 fn w6(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
     let timer = new_timer(cfg)?;
     let counter = leak_counter();
@@ -714,6 +793,7 @@ fn primary_of(w: &str) -> &'static str {
         "W4" => "p99_us",
         "W5" => "drain_ms",
         "W5b" => "drain_after_last_deadline_ms",
+        "M5" => "ns_per_expiry",
         _ => "cpu_pct_of_core",
     }
 }
@@ -722,6 +802,9 @@ type Run<'a> = Box<dyn Fn() -> BoxResult<Metrics> + 'a>;
 
 fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
     let seed = cfg.seed;
+    if cfg.imp != "redwheel" {
+        return peers::runner(w, cfg);
+    }
     match w {
         "W1" => {
             let d = delays_ms(cfg.n, 1000, 60000, seed);
@@ -741,6 +824,7 @@ fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
         }
         "W5" => Box::new(move || w5(cfg, cfg.n)),
         "W5b" => Box::new(move || w5b(cfg, cfg.n)),
+        "M5" => Box::new(move || m5(cfg, cfg.n)),
         "W6" => {
             let d = delays_ms(cfg.n, 1000, 60000, seed.wrapping_add(6));
             Box::new(move || w6(cfg, &d))
@@ -779,12 +863,13 @@ fn runtime() -> String {
 
 fn json(w: &str, cfg: &Config, runtime: &str, runs: &[Metrics]) -> String {
     let mut s = String::new();
-    s.push_str("{\"impl\":\"redwheel\"");
-    let _ = write!(
-        s,
-        ",\"lib_version\":\"redwheel {}\"",
-        env!("CARGO_PKG_VERSION")
-    );
+    let _ = write!(s, "{{\"impl\":\"{}\"", cfg.imp);
+    let version = match cfg.imp.as_str() {
+        "tokio-delay-queue" => "tokio-util 0.7",
+        "hhwt" => "hierarchical_hash_wheel_timer 1",
+        _ => concat!("redwheel ", env!("CARGO_PKG_VERSION")),
+    };
+    let _ = write!(s, ",\"lib_version\":\"{version}\"");
     let _ = write!(s, ",\"runtime\":\"{runtime}\"");
     let _ = write!(s, ",\"workload\":\"{w}\"");
     let n = match w {
@@ -859,4 +944,161 @@ fn main() -> BoxResult<()> {
         out.flush()?;
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------- other Rust timers
+
+/// W1, W2 and W4 on other Rust timers, measured exactly as ours: the same
+/// delays, the same timed loops (handles dropped at once in W1, cancelled
+/// at once in W2), the same lateness statistics.
+mod peers {
+    use std::future::poll_fn;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::{Arc, mpsc};
+    use std::time::{Duration, Instant};
+
+    use hierarchical_hash_wheel_timer::thread_timer::TimerWithThread;
+    use hierarchical_hash_wheel_timer::{
+        ClosureTimer, OneShotClosureState, PeriodicClosureState, Timer,
+    };
+    use tokio_util::time::DelayQueue;
+
+    use super::{BoxResult, Config, Metrics, Run, bump, delays_ms, lateness_stats, leak_counter};
+
+    type Hhwt = TimerWithThread<u64, OneShotClosureState<u64>, PeriodicClosureState<u64>>;
+
+    pub(super) fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
+        let seed = cfg.seed;
+        let tokio = cfg.imp == "tokio-delay-queue";
+        match w {
+            "W4" => {
+                let d = delays_ms(cfg.n4, 0, 2000, seed.wrapping_add(4));
+                if tokio {
+                    Box::new(move || tokio_w4(&d))
+                } else {
+                    Box::new(move || hhwt_w4(&d))
+                }
+            }
+            _ => {
+                let cancel = w == "W2";
+                let d = delays_ms(cfg.n, 1000, 60000, seed);
+                if tokio {
+                    Box::new(move || tokio_schedule(&d, cancel))
+                } else {
+                    Box::new(move || hhwt_schedule(&d, cancel))
+                }
+            }
+        }
+    }
+
+    fn schedule_metrics(loop_ns: f64, cancel: bool) -> Metrics {
+        let name = if cancel {
+            "ns_per_schedule_cancel"
+        } else {
+            "ns_per_schedule"
+        };
+        vec![(name, loop_ns)]
+    }
+
+    fn runtime() -> BoxResult<tokio::runtime::Runtime> {
+        Ok(tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?)
+    }
+
+    /// W1/W2 on a DelayQueue (its owner inserts; a no-op value).
+    fn tokio_schedule(d: &[u64], cancel: bool) -> BoxResult<Metrics> {
+        let rt = runtime()?;
+        let ns = rt.block_on(async {
+            let mut q: DelayQueue<u64> = DelayQueue::new();
+            let t0 = Instant::now();
+            for (i, &ms) in d.iter().enumerate() {
+                let key = q.insert(i as u64, Duration::from_millis(ms));
+                if cancel {
+                    std::hint::black_box(q.remove(&key));
+                }
+            }
+            let ns = t0.elapsed().as_nanos() as f64 / d.len() as f64;
+            drop(q);
+            ns
+        });
+        Ok(schedule_metrics(ns, cancel))
+    }
+
+    /// W4 on a DelayQueue: its owner inserts back to back, then polls it;
+    /// a timeout fires when the queue yields it.
+    fn tokio_w4(d: &[u64]) -> BoxResult<Metrics> {
+        let rt = runtime()?;
+        let n = d.len();
+        let base = Instant::now();
+        let (deadline, fired) = rt.block_on(async {
+            let mut q: DelayQueue<usize> = DelayQueue::with_capacity(n);
+            let mut deadline = vec![0i64; n];
+            for (i, &ms) in d.iter().enumerate() {
+                deadline[i] = base.elapsed().as_nanos() as i64 + ms as i64 * 1_000_000;
+                q.insert(i, Duration::from_millis(ms));
+            }
+            let mut fired = vec![0i64; n];
+            while let Some(expired) = poll_fn(|cx| q.poll_expired(cx)).await {
+                fired[expired.into_inner()] = base.elapsed().as_nanos() as i64;
+            }
+            (deadline, fired)
+        });
+        Ok(lateness_stats(&deadline, &fired, d))
+    }
+
+    fn hhwt_timer() -> BoxResult<Hhwt> {
+        Ok(Hhwt::new()?)
+    }
+
+    /// W1/W2 on hierarchical_hash_wheel_timer's thread timer (a closure
+    /// bumping the shared counter, as ours).
+    fn hhwt_schedule(d: &[u64], cancel: bool) -> BoxResult<Metrics> {
+        let timer = hhwt_timer()?;
+        let mut r = timer.timer_ref();
+        let counter = leak_counter();
+        let t0 = Instant::now();
+        for (i, &ms) in d.iter().enumerate() {
+            let id = i as u64;
+            r.schedule_action_once(id, Duration::from_millis(ms), move |_| bump(counter));
+            if cancel {
+                r.cancel(&id);
+            }
+        }
+        let ns = t0.elapsed().as_nanos() as f64 / d.len() as f64;
+        timer
+            .shutdown()
+            .map_err(|e| format!("hhwt shutdown: {e:?}"))?;
+        Ok(schedule_metrics(ns, cancel))
+    }
+
+    fn hhwt_w4(d: &[u64]) -> BoxResult<Metrics> {
+        let timer = hhwt_timer()?;
+        let mut r = timer.timer_ref();
+        let n = d.len();
+        let base = Instant::now();
+        let fired: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+        let remaining = Arc::new(AtomicUsize::new(n));
+        let (tx, rx) = mpsc::channel();
+        let mut deadline = vec![0i64; n];
+        for (i, &ms) in d.iter().enumerate() {
+            let (fired, remaining, tx) = (Arc::clone(&fired), Arc::clone(&remaining), tx.clone());
+            deadline[i] = base.elapsed().as_nanos() as i64 + ms as i64 * 1_000_000;
+            r.schedule_action_once(i as u64, Duration::from_millis(ms), move |_| {
+                fired[i].store(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    let _ = tx.send(());
+                }
+            });
+        }
+        rx.recv()?;
+        timer
+            .shutdown()
+            .map_err(|e| format!("hhwt shutdown: {e:?}"))?;
+        let fired: Vec<i64> = fired
+            .iter()
+            .map(|f| f.load(Ordering::Relaxed) as i64)
+            .collect();
+        Ok(lateness_stats(&deadline, &fired, d))
+    }
 }

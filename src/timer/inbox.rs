@@ -1,307 +1,803 @@
-//! Inboxes: how new and cancelled timeouts reach the worker.
+//! Producers: how new timeouts and cancellations reach the worker.
 //!
-//! A timer has a small fixed set of inboxes (a power of two, a few per
-//! core). Each thread that schedules or cancels uses the inbox its thread
-//! slot maps to, so two producer threads rarely share one, and an inbox's
-//! cache lines stay with its producer: the worker visits it about once per
-//! tick.
+//! Every thread that schedules or cancels on a timer gets a [`Producer`]
+//! for it (found through a thread-local list, registered with the timer on
+//! first use). A producer is a single-producer ring of entries plus the
+//! pool its timeouts' slots come from (`slot.rs`). An entry is a slot
+//! pointer: a new timeout, or (low bit set) a cancellation.
 //!
-//! An inbox is two vectors under a lock: `pending` (new timeouts, in the
-//! order its threads submitted them) and `cancelled`. Producers push under
-//! the lock; the worker swaps a whole vector out for an empty one of its
-//! own and works on the batch without the lock. Critical sections are a
-//! push or a swap; nothing is allocated, freed or run under the lock except
-//! a vector's amortised growth.
+//! # The ring
 //!
-//! A timeout cancelled while it still waits in its inbox's pending list
-//! (the usual case for one cancelled soon after it was scheduled) is taken
-//! out of the list there and then, if it is among the last few pushed:
-//! only a count of such cancellations goes to the worker, which counts them
-//! out at the next tick boundary as usual. The worker never sees the
-//! timeout, and its memory is freed by the thread that allocated it.
+//! Entries go into segments of [`SEG`] words linked front to back; the
+//! producer's thread writes at the back, the worker reads at the front and
+//! hands emptied segments back for reuse. One word, `state`, orders them:
 //!
-//! The lock also carries the two signals the worker and producers exchange:
+//! ```text
+//!   bits 32..64  P: entries published (wrapping)
+//!   bits  0..16  U: cancellations taken back unseen since the last claim
+//!   bit  16      EPOCH: flipped by every claim
+//!   bit  17      DOZE: the worker sleeps and must be woken by a push
+//!   bit  18      CLOSED: the worker is gone; nothing more is read
+//! ```
 //!
-//! * `dozing`: set by the worker in every inbox (each found empty) before it
-//!   sleeps past the current tick. A producer that pushes into an inbox
-//!   marked `dozing` clears the mark and wakes the worker. Lock order gives
-//!   the guarantee: either the worker saw the push, or the producer sees the
-//!   mark. No fence on the producer's path.
-//! * `closed`: set by the worker when it has collected its last leftovers
-//!   (or by `stop()` if it never started). A new timeout is then refused, and
-//!   a cancellation is counted out on the spot, since no worker will see it.
+//! * **push** (producer): write the entry, then `fetch_add(P + 1)` — the
+//!   one read-modify-write of a push. Its result says whether the worker
+//!   dozes (`DOZE`: wake it) or is gone (`CLOSED`: the entry is refused).
+//! * **claim** (worker): a compare-and-swap that takes `P` and `U`, resets
+//!   `U` and flips `EPOCH`; then the entries up to `P` are the worker's.
+//! * **unpublish** (producer, cancelling the timeout it pushed last): a
+//!   compare-and-swap from the very word its push produced to `P - 1, U +
+//!   1`. It fails if anything happened since (a claim flips `EPOCH`), so an
+//!   entry is either claimed by the worker or taken back, never both. A
+//!   timeout taken back is counted out by the worker through `U` at its next
+//!   claim, at the tick boundary, like any cancellation.
+//! * **arm** (worker, before dozing): sets `DOZE` with a compare-and-swap
+//!   from a word with nothing unclaimed; a push in between makes it fail.
+//!   Push and arm modify the same word, so one of them sees the other: no
+//!   wake-up is missed, and a push needs no fence of its own.
+//! * **close** (worker, at exit): `fetch_or(CLOSED)`; the `P` it returns is
+//!   the last entry the worker reads. A later push sees `CLOSED` and takes
+//!   its entry back.
+//!
+//! # Ground rules
+//!
+//! * `local` belongs to the producer's thread, `side` to the worker thread;
+//!   everything they share goes through `state` (release on push and
+//!   unpublish, acquire on claim) or the segment hand-back (`spare`).
+//! * Every entry holds one reference to its slot; whoever takes the entry
+//!   (the worker, or the producer that takes it back) takes the reference.
+//! * A producer's thread leaving (its thread-local list is destroyed)
+//!   *orphans* it: the pool closes, and the worker retires the producer
+//!   once it has claimed everything in it.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::cell::{Cell, RefCell};
+use std::ptr::{self, NonNull};
 use std::sync::{Arc, Weak};
 
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
 
 use super::Shared;
-use super::timeout::SharedTimeout;
+use super::slot::{Pool, Slot, SlotRef};
+use super::sync::{AtomicBool, AtomicPtr, AtomicU64, Ordering, UnsafeCell};
 
-/// One inbox. Handles of the timeouts pushed here keep it alive (for
-/// `cancel`); it reaches the timer only through a weak reference.
-pub(crate) struct Inbox {
-    lists: CachePadded<Mutex<Lists>>,
-    /// Timeouts ever accepted through this inbox, written under the lock
-    /// (a plain store: one writer at a time), read without it.
-    added: CachePadded<AtomicU64>,
-    shared: Weak<Shared>,
+/// Entries per ring segment.
+#[cfg(not(loom))]
+pub(crate) const SEG: usize = 512;
+/// Entries per ring segment (small under loom, to cross segments).
+#[cfg(loom)]
+pub(crate) const SEG: usize = 2;
+
+const P_SHIFT: u32 = 32;
+const P_ONE: u64 = 1 << P_SHIFT;
+const U_MASK: u64 = 0xFFFF;
+const EPOCH: u64 = 1 << 16;
+const DOZE: u64 = 1 << 17;
+const CLOSED: u64 = 1 << 18;
+
+/// The tag of a cancellation entry (slot addresses are 8-aligned).
+const CANCEL_TAG: usize = 1;
+
+/// A ring entry: a slot pointer, tagged with `CANCEL_TAG` for a
+/// cancellation (a pointer, so that it keeps its provenance).
+pub(crate) type Entry = *mut Slot;
+
+fn published(w: u64) -> u32 {
+    (w >> P_SHIFT) as u32
 }
 
-#[derive(Default)]
-struct Lists {
-    pending: Vec<SharedTimeout>,
-    cancelled: Vec<SharedTimeout>,
-    /// Cancellations of timeouts taken out of `pending` before the worker
-    /// saw them: only to be counted out.
-    cancelled_unseen: u64,
-    dozing: bool,
-    closed: bool,
+fn unseen(w: u64) -> u32 {
+    (w & U_MASK) as u32
 }
 
-/// What a push found in its inbox.
+struct Segment {
+    entries: [UnsafeCell<Entry>; SEG],
+    next: UnsafeCell<*mut Segment>,
+}
+
+impl Segment {
+    fn alloc() -> *mut Segment {
+        Box::into_raw(Box::new(Segment {
+            entries: std::array::from_fn(|_| UnsafeCell::new(ptr::null_mut())),
+            next: UnsafeCell::new(ptr::null_mut()),
+        }))
+    }
+
+    /// # Safety
+    /// `seg` came from `alloc` and nobody uses it any more.
+    unsafe fn free(seg: *mut Segment) {
+        // SAFETY: forwarded.
+        drop(unsafe { Box::from_raw(seg) });
+    }
+}
+
+/// What a push found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pushed {
     /// Queued for the worker, which is awake or will look before it sleeps.
     Queued,
     /// Queued, and the worker was dozing: the caller must wake it.
     QueuedWake,
-    /// The timer has stopped for good: nothing was queued.
+    /// The worker is gone: nothing was queued; the entry is the caller's.
     Closed,
 }
 
-impl Inbox {
-    pub(crate) fn new(shared: Weak<Shared>) -> Self {
-        Inbox {
-            lists: CachePadded::new(Mutex::new(Lists::default())),
-            added: CachePadded::new(AtomicU64::new(0)),
+/// A thread's way into one timer: see the module docs.
+pub(crate) struct Producer {
+    state: CachePadded<AtomicU64>,
+    /// Timeouts accepted through this producer (written by its thread
+    /// only, before the push that publishes them).
+    added: AtomicU64,
+    /// Its thread has left it (see the module docs).
+    orphaned: AtomicBool,
+    /// Emptied segments handed back by the worker: a stack linked through
+    /// `next`.
+    spare: AtomicPtr<Segment>,
+    local: UnsafeCell<Local>,
+    side: UnsafeCell<Side>,
+    pub(crate) pool: Pool,
+    /// The timer; its address is the key the thread-local lists use.
+    pub(crate) shared: Weak<Shared>,
+    /// The id of the producer's thread (see `thread_id`).
+    owner: u64,
+}
+
+/// The producer's thread's part.
+struct Local {
+    tail: *mut Segment,
+    /// Entry number of `tail`'s first entry.
+    tail_base: u32,
+    /// Entries pushed (the producer's own count of `P`).
+    pushed: u32,
+    /// `state` as the last push or unpublish left it (0: unknown).
+    last_state: u64,
+    /// The entry pushed last, while it can still be taken back (null: none).
+    last_entry: Entry,
+    /// Segments taken from `spare`, linked through `next`.
+    spares: *mut Segment,
+}
+
+/// The worker's part.
+struct Side {
+    head: *mut Segment,
+    head_base: u32,
+    /// Entries claimed and read.
+    claimed: u32,
+}
+
+// SAFETY: `local` is only touched by the producer's thread and `side` only
+// by the worker (the ground rules in the module docs); the rest is atomic.
+unsafe impl Send for Producer {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Producer {}
+
+impl Producer {
+    pub(crate) fn new(shared: Weak<Shared>, owner: u64) -> Self {
+        let seg = Segment::alloc();
+        Producer {
+            state: CachePadded::new(AtomicU64::new(0)),
+            added: AtomicU64::new(0),
+            orphaned: AtomicBool::new(false),
+            spare: AtomicPtr::new(ptr::null_mut()),
+            local: UnsafeCell::new(Local {
+                tail: seg,
+                tail_base: 0,
+                pushed: 0,
+                last_state: 0,
+                last_entry: ptr::null_mut(),
+                spares: ptr::null_mut(),
+            }),
+            side: UnsafeCell::new(Side {
+                head: seg,
+                head_base: 0,
+                claimed: 0,
+            }),
+            pool: Pool::new(),
             shared,
+            owner,
         }
     }
 
-    /// Queues a new timeout and counts it as pending.
-    pub(crate) fn push_pending(&self, timeout: SharedTimeout) -> Pushed {
-        let mut lists = self.lists.lock();
-        if lists.closed {
-            return Pushed::Closed;
-        }
-        lists.pending.push(timeout);
-        self.added
-            .store(self.added.load(Ordering::Relaxed) + 1, Ordering::Release);
-        lists.take_wake()
+    /// The key of this producer's timer in thread-local lists.
+    pub(crate) fn timer_key(&self) -> usize {
+        self.shared.as_ptr().addr()
     }
 
-    /// Hands a cancelled timeout to the worker: takes it out of the
-    /// pending list if it is among the last [`UNSEEN_SEARCH`] there, else
-    /// queues it for the worker to unlink. Either way the worker counts it
-    /// out at its next tick. After the worker is gone it is counted out
-    /// here instead.
-    pub(crate) fn push_cancelled(&self, timeout: &SharedTimeout) {
-        let (pushed, _taken) = {
-            let mut lists = self.lists.lock();
-            if lists.closed {
-                (Pushed::Closed, None)
-            } else {
-                let from = lists.pending.len().saturating_sub(UNSEEN_SEARCH);
-                let found = lists.pending[from..]
-                    .iter()
-                    .rposition(|queued| Arc::ptr_eq(queued, timeout));
-                let taken = found.map(|i| lists.pending.remove(from + i));
-                if taken.is_some() {
-                    lists.cancelled_unseen += 1;
-                } else {
-                    lists.cancelled.push(Arc::clone(timeout));
-                }
-                (lists.take_wake(), taken)
-            }
-        };
-        match pushed {
-            Pushed::Queued => {}
-            Pushed::QueuedWake => {
-                if let Some(shared) = self.shared.upgrade() {
-                    shared.wake();
-                }
-            }
-            Pushed::Closed => {
-                if let Some(shared) = self.shared.upgrade() {
-                    shared.count_out_elsewhere(1);
-                }
-            }
-        }
+    /// True on the producer's own thread.
+    pub(crate) fn is_current_thread(&self) -> bool {
+        self.owner == thread_id()
     }
 
-    /// Timeouts ever accepted here.
+    /// Timeouts accepted through this producer.
     pub(crate) fn added(&self) -> u64 {
         self.added.load(Ordering::Acquire)
     }
 
-    /// Worker: swaps the pending timeouts out for `spare` (which must be
-    /// empty); false if there were none.
-    pub(crate) fn take_pending(&self, spare: &mut Vec<SharedTimeout>) -> bool {
-        debug_assert!(spare.is_empty());
-        let mut lists = self.lists.lock();
-        if lists.pending.is_empty() {
+    /// Producer: queues `entry`; `counted` for a new timeout (it counts as
+    /// pending from now on), not for a cancellation. On `Closed` the entry
+    /// (and its reference) stays the caller's.
+    ///
+    /// # Safety
+    /// The producer's thread only.
+    pub(crate) unsafe fn push(&self, entry: Entry, counted: bool) -> Pushed {
+        self.local.with_mut(|l| {
+            // SAFETY: the producer's thread only, no other borrow is live.
+            let l = unsafe { &mut *l };
+            if l.pushed.wrapping_sub(l.tail_base) as usize == SEG {
+                let seg = self.take_segment(l);
+                // SAFETY: `tail` is ours to link from; the worker reads
+                // `next` only after it claimed an entry of the new segment.
+                unsafe { (*l.tail).next.with_mut(|n| *n = seg) };
+                l.tail = seg;
+                l.tail_base = l.pushed;
+            }
+            let offset = l.pushed.wrapping_sub(l.tail_base) as usize;
+            // SAFETY: the entry at `pushed` is unpublished, so ours.
+            unsafe { (*l.tail).entries[offset].with_mut(|e| *e = entry) };
+            if counted {
+                let added = self.added.load(Ordering::Relaxed);
+                self.added.store(added + 1, Ordering::Relaxed);
+            }
+            let before = self.state.fetch_add(P_ONE, Ordering::AcqRel);
+            if before & CLOSED != 0 {
+                if counted {
+                    let added = self.added.load(Ordering::Relaxed);
+                    self.added.store(added - 1, Ordering::Relaxed);
+                }
+                l.last_entry = ptr::null_mut();
+                l.last_state = 0;
+                return Pushed::Closed;
+            }
+            l.pushed = l.pushed.wrapping_add(1);
+            if before & DOZE != 0 {
+                self.state.fetch_and(!DOZE, Ordering::AcqRel);
+                l.last_entry = ptr::null_mut();
+                l.last_state = 0;
+                return Pushed::QueuedWake;
+            }
+            l.last_entry = entry;
+            l.last_state = before + P_ONE;
+            Pushed::Queued
+        })
+    }
+
+    /// A segment to append: a spare one, or a new one.
+    fn take_segment(&self, l: &mut Local) -> *mut Segment {
+        if l.spares.is_null() {
+            l.spares = self.spare.swap(ptr::null_mut(), Ordering::Acquire);
+        }
+        let seg = if l.spares.is_null() {
+            Segment::alloc()
+        } else {
+            let seg = l.spares;
+            // SAFETY: the worker handed the segment back (acquire above);
+            // it is ours.
+            l.spares = unsafe { (*seg).next.with(|n| *n) };
+            seg
+        };
+        // SAFETY: the segment is ours.
+        unsafe { (*seg).next.with_mut(|n| *n = ptr::null_mut()) };
+        seg
+    }
+
+    /// Producer: whether `entry` is the last one pushed and may still be
+    /// taken back.
+    ///
+    /// # Safety
+    /// The producer's thread only.
+    pub(crate) unsafe fn pushed_last(&self, entry: Entry) -> bool {
+        // SAFETY: the producer's thread only.
+        self.local
+            .with(|l| unsafe { ptr::eq((*l).last_entry, entry) && (*l).last_state != 0 })
+    }
+
+    /// Producer: takes the last pushed entry back, if the worker has not
+    /// claimed it, and counts it for the worker to count out (`U`). True
+    /// if it was taken back (with its reference).
+    ///
+    /// # Safety
+    /// The producer's thread only.
+    pub(crate) unsafe fn unpublish(&self, entry: Entry) -> bool {
+        self.local.with_mut(|l| {
+            // SAFETY: the producer's thread only.
+            let l = unsafe { &mut *l };
+            let w = l.last_state;
+            if !ptr::eq(l.last_entry, entry) || w == 0 || w & U_MASK == U_MASK {
+                return false;
+            }
+            l.last_entry = ptr::null_mut();
+            let taken = w - P_ONE + 1;
+            if self
+                .state
+                .compare_exchange(w, taken, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                l.last_state = 0;
+                return false;
+            }
+            l.pushed = l.pushed.wrapping_sub(1);
+            l.last_state = taken;
+            true
+        })
+    }
+
+    /// Worker: claims what was published since the last claim and hands
+    /// each entry to `f`; returns the number of timeouts taken back unseen.
+    ///
+    /// # Safety
+    /// The worker thread only.
+    pub(crate) unsafe fn claim(&self, f: impl FnMut(Entry)) -> u32 {
+        let mut w = self.state.load(Ordering::Acquire);
+        // SAFETY: the worker thread only.
+        let claimed = self.side.with(|s| unsafe { (*s).claimed });
+        loop {
+            if published(w) == claimed && unseen(w) == 0 {
+                return 0;
+            }
+            let next = (w & !(U_MASK | DOZE)) ^ EPOCH;
+            match self
+                .state
+                .compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        // SAFETY: the worker thread only; the entries up to `published(w)`
+        // were published by the release of the pushes we acquired.
+        unsafe { self.read_upto(published(w), f) };
+        unseen(w)
+    }
+
+    /// Worker: reads the entries up to number `upto`.
+    ///
+    /// # Safety
+    /// The worker thread only; `upto` was acquired from `state`.
+    unsafe fn read_upto(&self, upto: u32, mut f: impl FnMut(Entry)) {
+        self.side.with_mut(|s| {
+            // SAFETY: the worker thread only.
+            let s = unsafe { &mut *s };
+            while s.claimed != upto {
+                if s.claimed.wrapping_sub(s.head_base) as usize == SEG {
+                    // SAFETY: the producer linked `next` before publishing
+                    // the entry we are about to read.
+                    let next = unsafe { (*s.head).next.with(|n| *n) };
+                    let done = s.head;
+                    s.head = next;
+                    s.head_base = s.claimed;
+                    self.hand_back(done);
+                }
+                let offset = s.claimed.wrapping_sub(s.head_base) as usize;
+                // SAFETY: published, and not yet handed back.
+                f(unsafe { (*s.head).entries[offset].with(|e| *e) });
+                s.claimed = s.claimed.wrapping_add(1);
+            }
+        });
+    }
+
+    /// Worker: gives an emptied segment back to the producer.
+    fn hand_back(&self, seg: *mut Segment) {
+        let mut head = self.spare.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: the segment is ours until the swap publishes it.
+            unsafe { (*seg).next.with_mut(|n| *n = head) };
+            match self
+                .spare
+                .compare_exchange_weak(head, seg, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Worker: whether anything waits to be claimed.
+    ///
+    /// # Safety
+    /// The worker thread only.
+    pub(crate) unsafe fn has_input(&self) -> bool {
+        let w = self.state.load(Ordering::Acquire);
+        // SAFETY: the worker thread only.
+        let claimed = self.side.with(|s| unsafe { (*s).claimed });
+        published(w) != claimed || unseen(w) != 0
+    }
+
+    /// Worker, before dozing: marks the producer so that its next push
+    /// wakes the worker; false (and no mark) if something is unclaimed.
+    ///
+    /// # Safety
+    /// The worker thread only.
+    pub(crate) unsafe fn arm(&self) -> bool {
+        let w = self.state.load(Ordering::Acquire);
+        // SAFETY: the worker thread only.
+        let claimed = self.side.with(|s| unsafe { (*s).claimed });
+        if published(w) != claimed || unseen(w) != 0 {
             return false;
         }
-        std::mem::swap(&mut lists.pending, spare);
-        true
-    }
-
-    /// Worker: swaps the cancelled timeouts out for `spare` (which must be
-    /// empty; it is left alone when there are none, so that its capacity
-    /// stays with the worker) and returns how many more were cancelled
-    /// unseen.
-    pub(crate) fn take_cancelled(&self, spare: &mut Vec<SharedTimeout>) -> u64 {
-        debug_assert!(spare.is_empty());
-        let mut lists = self.lists.lock();
-        if !lists.cancelled.is_empty() {
-            std::mem::swap(&mut lists.cancelled, spare);
-        }
-        std::mem::take(&mut lists.cancelled_unseen)
-    }
-
-    /// Worker: whether anything waits here (pending, cancelled).
-    pub(crate) fn has_input(&self) -> (bool, bool) {
-        let lists = self.lists.lock();
-        (!lists.pending.is_empty(), lists.has_cancellations())
-    }
-
-    /// Worker, before dozing: marks the inbox if it is empty; false (and no
-    /// mark) if something arrived.
-    pub(crate) fn arm(&self) -> bool {
-        let mut lists = self.lists.lock();
-        if lists.pending.is_empty() && !lists.has_cancellations() {
-            lists.dozing = true;
-            true
-        } else {
-            false
-        }
+        self.state
+            .compare_exchange(w, w | DOZE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Worker, after dozing: clears the mark.
     pub(crate) fn disarm(&self) {
-        self.lists.lock().dozing = false;
+        self.state.fetch_and(!DOZE, Ordering::AcqRel);
     }
 
-    /// Worker, at exit (or `stop()` of a timer that never started): closes
-    /// the inbox and returns what was still in it: the pending timeouts, and
-    /// the number of cancellations not yet counted out.
-    pub(crate) fn close(&self) -> (Vec<SharedTimeout>, u64) {
-        let mut lists = self.lists.lock();
-        lists.closed = true;
-        lists.dozing = false;
-        let cancelled = lists.cancelled.len() as u64 + lists.cancelled_unseen;
-        lists.cancelled_unseen = 0;
-        let cancelled_list = std::mem::take(&mut lists.cancelled);
-        let pending = std::mem::take(&mut lists.pending);
-        drop(lists);
-        drop(cancelled_list);
-        (pending, cancelled)
+    /// Worker, at exit: closes the ring and hands every entry still in it
+    /// to `f`; returns the unseen count.
+    ///
+    /// # Safety
+    /// The worker thread only, once.
+    pub(crate) unsafe fn close(&self, f: impl FnMut(Entry)) -> u32 {
+        let w = self.state.fetch_or(CLOSED, Ordering::AcqRel);
+        // SAFETY: forwarded; the entries up to `published(w)` were
+        // published before the close.
+        unsafe { self.read_upto(published(w), f) };
+        unseen(w)
+    }
+
+    /// Whether the worker closed this producer.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.load(Ordering::Acquire) & CLOSED != 0
+    }
+
+    /// Whether the producer's thread left it.
+    pub(crate) fn is_orphaned(&self) -> bool {
+        self.orphaned.load(Ordering::Acquire)
+    }
+
+    /// The producer's thread leaves it for good: closes the pool and marks
+    /// it orphaned (after its last push).
+    ///
+    /// # Safety
+    /// The producer's thread only, once.
+    pub(crate) unsafe fn orphan(&self) {
+        // SAFETY: forwarded.
+        unsafe { self.pool.close() };
+        self.orphaned.store(true, Ordering::Release);
+    }
+
+    /// Called by the pool when it allocates its first chunk: the chunks
+    /// keep the producer alive (a slot finds its producer through its
+    /// chunk).
+    ///
+    /// # Safety
+    /// `this` comes from `Arc::as_ptr` of a live producer.
+    pub(crate) unsafe fn take_pool_ref(this: *const Producer) {
+        // SAFETY: forwarded: this adds one strong count.
+        unsafe { Arc::increment_strong_count(this) };
+    }
+
+    /// Drops the strong count `take_pool_ref` took.
+    ///
+    /// # Safety
+    /// Once per `take_pool_ref`, by the pool's final release.
+    pub(crate) unsafe fn release_pool_ref(this: *const Producer) {
+        // SAFETY: forwarded.
+        unsafe { Arc::decrement_strong_count(this) };
     }
 }
 
-/// How far from the end of the pending list a cancellation looks for its
-/// timeout (a bounded search under the lock).
-const UNSEEN_SEARCH: usize = 16;
-
-impl Lists {
-    fn has_cancellations(&self) -> bool {
-        !self.cancelled.is_empty() || self.cancelled_unseen > 0
-    }
-
-    /// After a push: whether the pusher must wake the worker (only the first
-    /// push into a marked inbox must).
-    fn take_wake(&mut self) -> Pushed {
-        if std::mem::take(&mut self.dozing) {
-            Pushed::QueuedWake
-        } else {
-            Pushed::Queued
+impl Drop for Producer {
+    fn drop(&mut self) {
+        // Every entry was claimed by the worker or taken back by the
+        // producer: the segments own nothing.
+        let mut seg = self.side.with(|s| {
+            // SAFETY: nobody else can reach the producer any more.
+            unsafe { (*s).head }
+        });
+        while !seg.is_null() {
+            // SAFETY: as above; segments linked from `head` to `tail`.
+            let next = unsafe { (*seg).next.with(|n| *n) };
+            // SAFETY: allocated by `Segment::alloc`.
+            unsafe { Segment::free(seg) };
+            seg = next;
+        }
+        for stack in [
+            self.local.with(|l| {
+                // SAFETY: as above.
+                unsafe { (*l).spares }
+            }),
+            self.spare.load(Ordering::Acquire),
+        ] {
+            let mut seg = stack;
+            while !seg.is_null() {
+                // SAFETY: as above.
+                let next = unsafe { (*seg).next.with(|n| *n) };
+                // SAFETY: as above.
+                unsafe { Segment::free(seg) };
+                seg = next;
+            }
         }
     }
 }
 
-/// How many inboxes a timer gets: a few per core, a power of two.
-pub(crate) fn inbox_count() -> usize {
-    let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-    (cores * 4).next_power_of_two().clamp(4, 64)
+/// The producers a timer knows.
+#[derive(Default)]
+pub(crate) struct Registry {
+    pub(crate) list: Vec<Arc<Producer>>,
+    /// The worker is gone: no more producers.
+    pub(crate) closed: bool,
+    /// `added` of the producers retired from `list`.
+    pub(crate) retired_added: u64,
 }
 
-static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+// ------------------------------------------------------------ per thread
+
+static NEXT_THREAD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+#[cfg(not(loom))]
+thread_local! {
+    static THREAD_ID: Cell<u64> = const { Cell::new(0) };
+}
+
+// Under loom, threads are the model's: their ids must be too.
+#[cfg(loom)]
+loom::thread_local! {
+    static THREAD_ID: Cell<u64> = Cell::new(0);
+}
 
 thread_local! {
-    /// This thread's slot, handed out round-robin on first use.
-    static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
-/// The calling thread's slot; `slot & (inbox_count - 1)` picks its inbox.
-pub(crate) fn thread_slot() -> usize {
-    SLOT.with(|slot| {
-        let mut s = slot.get();
-        if s == usize::MAX {
-            s = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
-            slot.set(s);
+    static MINE: Mine = const {
+        Mine {
+            last_key: Cell::new(0),
+            last: Cell::new(ptr::null()),
+            list: RefCell::new(Vec::new()),
         }
-        s
-    })
+    };
 }
 
-/// The inboxes of one timer.
-pub(crate) type Inboxes = Box<[Arc<Inbox>]>;
+/// A unique id of the calling thread (never reused).
+pub(crate) fn thread_id() -> u64 {
+    let id = |id: &Cell<u64>| {
+        let mut v = id.get();
+        if v == 0 {
+            v = NEXT_THREAD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            id.set(v);
+        }
+        v
+    };
+    #[cfg(not(loom))]
+    return THREAD_ID.try_with(id).unwrap_or(u64::MAX);
+    #[cfg(loom)]
+    return THREAD_ID.with(id);
+}
 
-#[cfg(test)]
+/// This thread's producers, one per timer it used.
+struct Mine {
+    /// The timer of the producer used last, and that producer.
+    last_key: Cell<usize>,
+    last: Cell<*const Producer>,
+    list: RefCell<Vec<Arc<Producer>>>,
+}
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        for p in self.list.get_mut().drain(..) {
+            // SAFETY: this is the producer's thread, leaving.
+            unsafe { p.orphan() };
+        }
+    }
+}
+
+/// The calling thread's producer for one timer. Valid until the thread
+/// next looks up a producer (or exits); use it and let it go.
+pub(crate) enum Mineref {
+    /// In the thread's list.
+    Listed(NonNull<Producer>),
+    /// Made for one use, because the thread's list is gone (the thread is
+    /// exiting); orphaned when dropped.
+    Once(Arc<Producer>),
+}
+
+impl Mineref {
+    /// The producer as `Arc::as_ptr` gives it (for the pool's chunks).
+    pub(crate) fn as_ptr(&self) -> *const Producer {
+        match self {
+            Mineref::Listed(p) => p.as_ptr(),
+            Mineref::Once(p) => Arc::as_ptr(p),
+        }
+    }
+}
+
+impl std::ops::Deref for Mineref {
+    type Target = Producer;
+
+    fn deref(&self) -> &Producer {
+        match self {
+            // SAFETY: the thread's list holds the producer's `Arc` until
+            // the thread's next lookup or exit, after this use.
+            Mineref::Listed(p) => unsafe { p.as_ref() },
+            Mineref::Once(p) => p,
+        }
+    }
+}
+
+impl Drop for Mineref {
+    fn drop(&mut self) {
+        if let Mineref::Once(p) = self {
+            // SAFETY: made for this thread and this one use.
+            unsafe { p.orphan() };
+        }
+    }
+}
+
+/// The calling thread's producer for the timer whose address is `key`,
+/// registering one (with `shared()`) on first use. `None` if the timer is
+/// gone or closed.
+pub(crate) fn mine(key: usize, shared: impl FnOnce() -> Option<Arc<Shared>>) -> Option<Mineref> {
+    let mut shared = Some(shared);
+    let mut upgrade = || shared.take().and_then(|f| f());
+    let found = MINE.try_with(|m| {
+        if m.last_key.get() == key {
+            return NonNull::new(m.last.get().cast_mut()).map(Mineref::Listed);
+        }
+        let mut list = m.list.borrow_mut();
+        // Producers of timers that are gone or closed: let them go.
+        let mut gone = Vec::new();
+        list.retain(|p| {
+            let keep = p.shared.strong_count() > 0 && !p.is_closed();
+            if !keep {
+                gone.push(Arc::clone(p));
+            }
+            keep
+        });
+        let p = match list.iter().find(|p| p.timer_key() == key) {
+            Some(p) => Some(Arc::clone(p)),
+            None => upgrade()
+                .and_then(|s| register(&s))
+                .inspect(|p| list.push(Arc::clone(p))),
+        };
+        drop(list);
+        for p in gone {
+            // SAFETY: this is their thread, letting go of them.
+            unsafe { p.orphan() };
+        }
+        let p = p?;
+        let ptr = Arc::as_ptr(&p);
+        m.last_key.set(key);
+        m.last.set(ptr);
+        NonNull::new(ptr.cast_mut()).map(Mineref::Listed)
+    });
+    match found {
+        Ok(found) => found,
+        // The thread-local list is gone: a producer for this one use.
+        Err(_) => upgrade().and_then(|s| register(&s)).map(Mineref::Once),
+    }
+}
+
+/// Registers a new producer for the calling thread with `shared`; `None`
+/// once the timer's worker is gone.
+fn register(shared: &Arc<Shared>) -> Option<Arc<Producer>> {
+    let p = Arc::new(Producer::new(Arc::downgrade(shared), thread_id()));
+    {
+        let mut reg = shared.producers.lock();
+        if reg.closed {
+            return None;
+        }
+        reg.list.push(Arc::clone(&p));
+        shared.generation.fetch_add(1, Ordering::SeqCst);
+    }
+    // The worker may be dozing with the old list armed: make it look
+    // again (it checks the generation after announcing its doze).
+    if shared.doze.load(Ordering::SeqCst) == super::DOZE_DOZING {
+        shared.wake();
+    }
+    Some(p)
+}
+
+/// A slot reference carried as a ring entry.
+pub(crate) fn entry_of(slot: SlotRef, cancel: bool) -> Entry {
+    let tag = if cancel { CANCEL_TAG } else { 0 };
+    slot.0.as_ptr().map_addr(|a| a | tag)
+}
+
+/// The slot and kind of a ring entry.
+pub(crate) fn slot_of(entry: Entry) -> (SlotRef, bool) {
+    let ptr = entry.map_addr(|a| a & !CANCEL_TAG);
+    // SAFETY: entries are made by `entry_of` from live slots.
+    let slot = SlotRef(unsafe { NonNull::new_unchecked(ptr) });
+    (slot, entry.addr() & CANCEL_TAG != 0)
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::timer::timeout::TimeoutInner;
 
-    fn timeout() -> SharedTimeout {
-        TimeoutInner::new(0, |_: &crate::timer::Timeout| {})
+    /// A fake entry (never dereferenced by the ring).
+    fn entry(i: usize) -> Entry {
+        ptr::without_provenance_mut(8 * (i + 1))
+    }
+
+    fn producer() -> Producer {
+        Producer::new(Weak::new(), thread_id())
+    }
+
+    /// Claims and returns (entries, unseen).
+    fn claim(p: &Producer) -> (Vec<usize>, u32) {
+        let mut got = Vec::new();
+        // SAFETY: the test thread plays the worker.
+        let unseen = unsafe { p.claim(|e| got.push(e.addr() / 8 - 1)) };
+        (got, unseen)
     }
 
     #[test]
-    fn a_recent_cancellation_is_taken_out_of_pending_and_only_counted() {
-        let inbox = Inbox::new(Weak::new());
-        let queued: Vec<SharedTimeout> = (0..UNSEEN_SEARCH + 4).map(|_| timeout()).collect();
-        for t in &queued {
-            assert!(matches!(inbox.push_pending(Arc::clone(t)), Pushed::Queued));
+    fn entries_arrive_in_order_across_segments_and_segments_are_reused() {
+        let p = producer();
+        let mut next = 0;
+        for round in 0..3 {
+            let n = SEG * 2 + 7;
+            for i in next..next + n {
+                // SAFETY: the test thread plays the producer.
+                assert_eq!(unsafe { p.push(entry(i), true) }, Pushed::Queued);
+            }
+            let (got, unseen) = claim(&p);
+            assert_eq!(got, (next..next + n).collect::<Vec<_>>(), "round {round}");
+            assert_eq!(unseen, 0);
+            next += n;
         }
-        inbox.push_cancelled(&queued[UNSEEN_SEARCH + 3]); // the last pushed
-        inbox.push_cancelled(&queued[UNSEEN_SEARCH - 1]); // within the last few
-        inbox.push_cancelled(&queued[0]); // too far back: queued for the worker
-
-        let mut spare = Vec::new();
-        assert_eq!(inbox.take_cancelled(&mut spare), 2);
-        assert_eq!(spare.len(), 1);
-        assert!(Arc::ptr_eq(&spare[0], &queued[0]));
-
-        let mut pending = Vec::new();
-        assert!(inbox.take_pending(&mut pending));
-        let expect: Vec<&SharedTimeout> = queued
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| i != UNSEEN_SEARCH - 1 && i != UNSEEN_SEARCH + 3)
-            .map(|(_, t)| t)
-            .collect();
-        assert_eq!(pending.len(), expect.len());
-        assert!(
-            pending.iter().zip(expect).all(|(a, b)| Arc::ptr_eq(a, b)),
-            "the others keep their order"
-        );
-        assert_eq!(inbox.added(), queued.len() as u64, "still counted as added");
+        assert_eq!(p.added(), next as u64);
+        assert_eq!(claim(&p), (vec![], 0), "nothing twice");
     }
 
     #[test]
-    fn a_closed_inbox_refuses_timeouts_and_reports_uncounted_cancellations() {
-        let inbox = Inbox::new(Weak::new());
-        let (a, b) = (timeout(), timeout());
-        assert!(matches!(inbox.push_pending(Arc::clone(&a)), Pushed::Queued));
-        assert!(matches!(inbox.push_pending(Arc::clone(&b)), Pushed::Queued));
-        inbox.push_cancelled(&b);
-        let (pending, cancelled) = inbox.close();
-        assert_eq!(pending.len(), 1);
-        assert!(Arc::ptr_eq(&pending[0], &a));
-        assert_eq!(cancelled, 1);
-        assert!(matches!(inbox.push_pending(timeout()), Pushed::Closed));
+    fn the_last_entry_can_be_taken_back_until_the_worker_claims_it() {
+        let p = producer();
+        unsafe {
+            assert_eq!(p.push(entry(0), true), Pushed::Queued);
+            assert_eq!(p.push(entry(1), true), Pushed::Queued);
+            assert!(!p.unpublish(entry(0)), "only the last one");
+            assert!(p.pushed_last(entry(1)));
+            assert!(p.unpublish(entry(1)));
+            assert!(!p.unpublish(entry(1)), "not twice");
+            assert_eq!(p.push(entry(2), true), Pushed::Queued);
+        }
+        assert_eq!(claim(&p), (vec![0, 2], 1), "taken back, counted once");
+        unsafe {
+            assert_eq!(p.push(entry(3), true), Pushed::Queued);
+        }
+        assert_eq!(claim(&p), (vec![3], 0));
+        unsafe {
+            assert!(!p.unpublish(entry(3)), "claimed: too late");
+        }
+        assert_eq!(p.added(), 4, "a timeout taken back was still accepted");
+    }
+
+    #[test]
+    fn a_push_into_an_armed_ring_asks_for_a_wake_up_once() {
+        let p = producer();
+        unsafe {
+            assert!(p.arm());
+            assert_eq!(p.push(entry(0), true), Pushed::QueuedWake);
+            assert_eq!(p.push(entry(1), true), Pushed::Queued);
+            assert!(!p.arm(), "unclaimed entries: no doze");
+            assert!(p.has_input());
+        }
+        assert_eq!(claim(&p).0, vec![0, 1]);
+        unsafe {
+            assert!(!p.has_input());
+            assert!(p.arm());
+        }
+        p.disarm();
+        unsafe {
+            assert_eq!(p.push(entry(2), true), Pushed::Queued);
+        }
+    }
+
+    #[test]
+    fn a_closed_ring_hands_over_what_it_holds_and_refuses_the_rest() {
+        let p = producer();
+        let mut got = Vec::new();
+        unsafe {
+            assert_eq!(p.push(entry(0), true), Pushed::Queued);
+            assert_eq!(p.push(entry(1), false), Pushed::Queued);
+            assert!(p.unpublish(entry(1)));
+            let unseen = p.close(|e| got.push(e.addr() / 8 - 1));
+            assert_eq!((got.clone(), unseen), (vec![0], 1));
+            assert!(p.is_closed());
+            assert_eq!(p.push(entry(2), true), Pushed::Closed);
+            assert!(!p.unpublish(entry(2)));
+        }
+        assert_eq!(p.added(), 1, "a refused timeout is not counted");
     }
 }

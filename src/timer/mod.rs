@@ -7,17 +7,18 @@
 //! [`start`](HashedWheelTimer::start)). The wheel is a ring of `2^k`
 //! buckets; the bucket of tick `t` is `t & (2^k - 1)`.
 //!
-//! * `new_timeout` never touches the wheel: it pushes the timeout onto the
-//!   pending list of its thread's inbox and returns its [`Timeout`] handle.
-//! * `cancel` is a compare-and-swap on the timeout's state plus a push onto
-//!   the cancelled list of the inbox the timeout came through (or, when the
-//!   timeout is still among the last few queued there, its removal from
-//!   the pending list and a count for the worker).
+//! * `new_timeout` never touches the wheel: it pushes the timeout onto its
+//!   thread's own ring for this timer and returns its [`Timeout`] handle.
+//! * `cancel` is a compare-and-swap on the timeout's state plus a
+//!   cancellation pushed onto the calling thread's ring (or, when that
+//!   thread pushed the timeout last and the worker has not taken it yet,
+//!   taking it back out of the ring, which leaves a count for the worker).
 //! * Tick `t` covers `[start + t·tick, start + (t+1)·tick)`. The worker
-//!   processes it once it has ended: it drains the cancelled lists
-//!   (unlinking those timeouts), moves at most 100,000 pending timeouts into
-//!   buckets, and then fires, in FIFO order, every timeout of bucket
-//!   `t & mask` whose deadline falls in tick `t` or earlier.
+//!   processes it once it has ended: it takes what the rings hold, counts
+//!   out the cancellations (unlinking those timeouts), moves at most
+//!   100,000 new timeouts into buckets, and then fires, in FIFO order, every
+//!   timeout of bucket `t & mask` whose deadline falls in tick `t` or
+//!   earlier.
 //!
 //! A timeout therefore fires at most once, never before its deadline, never
 //! after a `cancel()` that returned `true`, and normally within one tick
@@ -27,22 +28,26 @@
 //! # Implementation
 //!
 //! In layers, following tokio's time driver: `wheel.rs` is the data
-//! structure in integer ticks (slab-backed doubly-linked buckets, removal by
-//! key checked by identity), `timeout.rs` the per-timeout state, `clock.rs` the
-//! time source, `inbox.rs` the way in, `worker.rs` the tick loop.
+//! structure in integer ticks (buckets are vectors of timeouts, each timeout
+//! recording its position), `slot.rs` the memory and state of a timeout,
+//! `timeout.rs` its handle, `clock.rs` the time source, `inbox.rs` the way
+//! in, `worker.rs` the tick loop; `sync.rs` swaps in loom's primitives for
+//! the model checks in `loom.rs`.
 //!
-//! Timeouts reach the worker through inboxes: a few per core, each a pair of
-//! vectors (pending, cancelled) under a lock that only its own producer
-//! threads and, about once per tick, the worker take. A producer's push is
-//! an uncontended lock, a vector push and an unlock; the worker swaps whole
-//! vectors out. Netty uses one lock-free MPSC queue instead; in Rust that
-//! costs a contended compare-and-swap per push when producers run in
-//! parallel, and its segments are allocated by producers and freed by the
-//! worker, which made the allocator the bottleneck. Each thread's timeouts
-//! keep their order (SPEC HWT-W11 promises order per producer); how two
-//! threads' timeouts due in the same tick interleave is not specified.
-//! Timeouts are counted per inbox (`added`) and by the worker (`removed`),
-//! so no counter is shared by all producers either.
+//! The fast path, per `new_timeout`: one clock read (the time-stamp
+//! counter where it provably never runs behind the clock, see
+//! `clock::tsc`), a 40-byte slot taken from the calling thread's own pool
+//! (no lock, no allocator call), and a push onto the calling thread's own
+//! ring, whose one read-modify-write also tells whether the worker sleeps.
+//! The handle is a pointer to the slot, whose one word holds both the
+//! state and a reference count; dropping a handle is one
+//! read-modify-write (none when it is the last reference). Netty uses one
+//! lock-free MPSC queue instead; in Rust that costs a contended
+//! compare-and-swap per push when producers run in parallel. Each thread's
+//! timeouts keep their order (SPEC HWT-W11 promises order per producer);
+//! how two threads' timeouts due in the same tick interleave is not
+//! specified. Timeouts are counted per producer (`added`) and by the worker
+//! (`removed`), so no counter is shared by all producers either.
 //!
 //! Netty wakes up every tick. This worker processes every tick in order
 //! while there is something to do, but when nothing can be due before some
@@ -73,7 +78,7 @@
 //! * Timeouts due in the same tick fire in the order their thread scheduled
 //!   them (HWT-W11's promise per producer). Netty's single queue also
 //!   orders timeouts of different threads by when they reached it; here
-//!   each thread has its own inbox, and that interleaving is unspecified.
+//!   each thread has its own ring, and that interleaving is unspecified.
 //! * A bucket visit does not walk timeouts due on later turns of the wheel
 //!   (see `wheel.rs`), and the worker wakes up precisely at a tick end when
 //!   something falls due (see above); Netty wakes every tick and walks the
@@ -85,9 +90,14 @@
 
 mod clock;
 mod inbox;
+mod slot;
+mod sync;
 mod timeout;
 mod wheel;
 mod worker;
+
+#[cfg(all(test, loom))]
+mod loom;
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -104,8 +114,8 @@ pub use self::timeout::Timeout;
 pub use crate::error::TimerError;
 
 use self::clock::Parker;
-use self::inbox::{Inbox, Inboxes, Pushed};
-use self::timeout::TimeoutInner;
+use self::inbox::{Pushed, Registry, entry_of};
+use self::slot::SlotRef;
 use self::worker::Pending;
 
 /// What [`HashedWheelTimer::new_timeout`] runs: any `FnOnce(&Timeout)`
@@ -179,17 +189,37 @@ where
 /// a job without running it drops the task.
 pub struct Job {
     timeout: Timeout,
+    /// The task is still in the timeout's slot.
+    task: bool,
 }
 
 impl Job {
+    fn new(timeout: Timeout) -> Job {
+        Job {
+            timeout,
+            task: true,
+        }
+    }
+
     /// Runs the task. A panic in the task is caught and logged.
-    pub fn run(self) {
+    pub fn run(mut self) {
+        self.task = false;
         run_task(&self.timeout);
     }
 
     /// The expired timeout this job belongs to.
     pub fn timeout(&self) -> &Timeout {
         &self.timeout
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if self.task {
+            // SAFETY: the worker moved the timeout to EXPIRED and handed the
+            // task to this job, which never ran it.
+            unsafe { self.timeout.slot.drop_task() };
+        }
     }
 }
 
@@ -202,8 +232,13 @@ impl fmt::Debug for Job {
 }
 
 /// Runs the timeout's task, catching and logging a panic.
+/// Called once per expired timeout (by the worker, or by its [`Job`]), by
+/// whoever holds its task.
 fn run_task(timeout: &Timeout) {
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| timeout.inner.run_task(timeout))) {
+    // SAFETY: the worker made the timeout EXPIRED and hands its task to
+    // exactly one runner: itself, or the job (which runs it once).
+    let run = || unsafe { timeout.slot.run_task(timeout) };
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(run)) {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
@@ -347,14 +382,13 @@ impl Builder {
             });
         }
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
-        let shared = Arc::new_cyclic(|weak| Shared {
+        let shared = Arc::new(Shared {
             state: AtomicU8::new(WORKER_INIT),
             start_ns: AtomicU64::new(START_UNSET),
             start_lock: Mutex::new(()),
             start_cv: Condvar::new(),
-            inboxes: (0..inbox::inbox_count())
-                .map(|_| Arc::new(Inbox::new(weak.clone())))
-                .collect(),
+            producers: Mutex::new(Registry::default()),
+            generation: AtomicU64::new(0),
             removed_by_worker: CachePadded::new(AtomicU64::new(0)),
             removed_elsewhere: AtomicU64::new(0),
             reserved: AtomicUsize::new(0),
@@ -516,9 +550,11 @@ pub(crate) struct Shared {
     start_ns: AtomicU64,
     start_lock: Mutex<()>,
     start_cv: Condvar,
-    /// Where producers and cancellers queue work for the worker; a thread
-    /// uses `inboxes[thread_slot & (len - 1)]`.
-    inboxes: Inboxes,
+    /// The producers: one per thread that scheduled or cancelled here (see
+    /// `inbox.rs`).
+    producers: Mutex<Registry>,
+    /// Bumped whenever `producers` changes, so the worker knows to look.
+    generation: AtomicU64,
     /// Timeouts counted out (expired, or their cancellation processed) by
     /// the worker; only the worker writes it. Pending is the inboxes'
     /// `added` minus this and `removed_elsewhere`.
@@ -623,31 +659,47 @@ impl Shared {
                 });
             }
         }
-        if let Err(e) = self.start() {
+        // Started and not stopped (the usual case) costs two loads.
+        if (self.start_ns.load(Ordering::Acquire) == START_UNSET || self.is_shutdown())
+            && let Err(e) = self.start()
+        {
             self.unreserve(1);
             return Err(e);
         }
-        let now = nanos(self.clock.now());
-        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        let now = nanos(self.clock.now_for_deadline());
+        let delay = nanos(delay);
         let deadline = now.saturating_add(delay);
-        let inner = TimeoutInner::new(deadline, task);
-        let inbox = &self.inboxes[inbox::thread_slot() & (self.inboxes.len() - 1)];
-        match inbox.push_pending(Arc::clone(&inner)) {
+        let key = Arc::as_ptr(self).addr();
+        let Some(mine) = inbox::mine(key, || Some(Arc::clone(self))) else {
+            // The worker is gone: `stop()` ran.
+            self.unreserve(1);
+            return Err(TimerError::Stopped);
+        };
+        // SAFETY: `mine` is this thread's producer, and its pool outlives
+        // its slots.
+        let slot = SlotRef(unsafe { mine.pool.alloc(mine.as_ptr()) });
+        // Two references: the handle and the ring entry.
+        // SAFETY: the slot is fresh and ours.
+        unsafe { slot::init(slot.0, deadline, 2, task) };
+        // SAFETY: this thread's producer.
+        let pushed = unsafe { mine.push(entry_of(slot, false), true) };
+        drop(mine);
+        match pushed {
             Pushed::Queued => {}
             Pushed::QueuedWake => self.wake(),
             // The worker collected its last leftovers: `stop()` ran.
             Pushed::Closed => {
                 self.unreserve(1);
+                // Both references go; the last drops the task.
+                slot.release();
+                slot.release();
                 return Err(TimerError::Stopped);
             }
         }
-        Ok(Timeout {
-            inner,
-            inbox: Some(Arc::clone(inbox)),
-        })
+        Ok(Timeout { slot })
     }
 
-    /// Wakes the dozing worker (a push found its inbox marked). Claims the
+    /// Wakes the dozing worker (a push found its ring armed). Claims the
     /// wake-up and says when, in one step: the worker may run only after
     /// the clock moved on, and must not skip the tick the push belongs to.
     /// Only the first claimant unparks it.
@@ -668,7 +720,10 @@ impl Shared {
     fn pending(&self) -> usize {
         let removed = self.removed_by_worker.load(Ordering::Acquire)
             + self.removed_elsewhere.load(Ordering::Acquire);
-        let added: u64 = self.inboxes.iter().map(|inbox| inbox.added()).sum();
+        let added: u64 = {
+            let reg = self.producers.lock();
+            reg.retired_added + reg.list.iter().map(|p| p.added()).sum::<u64>()
+        };
         usize::try_from(added.saturating_sub(removed)).unwrap_or(usize::MAX)
     }
 
@@ -685,19 +740,10 @@ impl Shared {
         self.unreserve(n as usize);
     }
 
-    /// Closes every inbox; returns the pending timeouts still queued and
-    /// counts out the queued cancellations. After this, no new timeout is
-    /// accepted and cancellations are counted out by the canceller.
-    fn close_inboxes(&self) -> Vec<Pending> {
-        let mut pending = Vec::new();
-        let mut cancelled = 0;
-        for inbox in self.inboxes.iter() {
-            let (p, c) = inbox.close();
-            pending.extend(p);
-            cancelled += c;
-        }
-        self.count_out_elsewhere(cancelled);
-        pending
+    /// Closes the registry of a timer whose worker never ran: no producer
+    /// can join it any more (none has: producers register after `start`).
+    fn close_inboxes(&self) {
+        self.producers.lock().closed = true;
     }
 
     /// Moves to SHUTDOWN, joins the worker and returns the timeouts that
@@ -732,19 +778,29 @@ impl Shared {
     /// have won).
     fn cancel_all(&self, leftovers: Vec<Pending>) -> Vec<Timeout> {
         let mut never_ran = Vec::with_capacity(leftovers.len());
-        for inner in leftovers {
-            // These left the wheel and the queue with the worker's final
-            // collection, so no queue is involved: count them out here.
-            if inner.try_cancel() {
-                self.count_out_elsewhere(1);
-                never_ran.push(Timeout { inner, inbox: None });
+        let mut frees = slot::Frees::new();
+        for slot in leftovers {
+            // These left the wheel and the rings with the worker's final
+            // collection, so no ring is involved: count them out here.
+            if slot.try_cancel(0) {
+                // SAFETY: we made the move out of `INIT`: the task is ours.
+                unsafe { slot.drop_task() };
+                // The worker's reference becomes the returned handle.
+                never_ran.push(Timeout { slot });
+            } else {
+                slot.release_into(&mut frees);
             }
         }
+        drop(frees);
+        self.count_out_elsewhere(never_ran.len() as u64);
         never_ran
     }
 }
 
 /// A clock reading in nanoseconds (saturating; 584 years fit).
 fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
 }

@@ -1,4 +1,5 @@
-//! The [`Timeout`] handle and the state machine it shares with the worker.
+//! The [`Timeout`] handle: one pointer to the timeout's slot (`slot.rs`),
+//! counted in the slot's state word.
 //!
 //! # State
 //!
@@ -10,139 +11,19 @@
 //!
 //! Only those two moves exist, each a compare-and-swap from `INIT`, so a
 //! timeout fires at most once, and never after a `cancel()` that returned
-//! `true`. Beside the state, the timeout records where the worker put it in
-//! the wheel (its [`Key`]); only the worker writes and reads that, so it is
-//! a plain store, and the state and key together take eight bytes.
-//!
-//! The task lives in the same allocation as the state (one allocation per
-//! timeout). Whoever wins the state transition takes it out: the worker to
-//! run it, a successful `cancel` to drop it.
+//! `true`. A successful `cancel` drops the task at once and tells the
+//! worker: it queues a cancellation (with a reference of its own) on the
+//! calling thread's producer, or, when the calling thread pushed the
+//! timeout last and the worker has not claimed it yet, takes the timeout
+//! back out of the ring (`inbox.rs`, *unpublish*). Either way the worker
+//! counts it out at the next tick boundary.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::ptr;
 use std::time::Duration;
 
-use crossbeam_utils::atomic::AtomicCell;
-
-use super::inbox::Inbox;
-use super::wheel::Key;
-
-const ST_INIT: u32 = 0;
-const ST_CANCELLED: u32 = 1;
-const ST_EXPIRED: u32 = 2;
-
-/// What a timeout shares between its handles and the worker: its deadline,
-/// its state word and its task, in one allocation. `T` is the task's slot;
-/// handles and the worker see it as `dyn TaskSlot`.
-pub(crate) struct TimeoutInner<T: ?Sized + TaskSlot = dyn TaskSlot> {
-    /// Nanoseconds on the timer's clock (since the clock's origin);
-    /// `u64::MAX` means "never".
-    pub(crate) deadline: u64,
-    state: AtomicU32,
-    /// The packed wheel key; zero until the worker places the timeout.
-    /// Worker only.
-    key: AtomicU32,
-    task: T,
-}
-
-/// A shared timeout, as handles, queues and the wheel hold it.
-pub(crate) type SharedTimeout = Arc<TimeoutInner>;
-
-/// A task's slot inside its timeout: the task is taken out exactly once,
-/// to run it or to drop it, by whoever won the timeout's state transition.
-pub(crate) trait TaskSlot: Send + Sync {
-    /// Takes the task out (if it is still there) and runs it.
-    fn run(&self, timeout: &Timeout);
-    /// Takes the task out (if it is still there) and drops it.
-    fn discard(&self);
-}
-
-/// `AtomicCell` is exactly as large as the `Option<F>` it holds and lets a
-/// shared reference move the task out, without `unsafe` in this crate.
-pub(crate) struct Slot<F>(AtomicCell<Option<F>>);
-
-impl<F> TaskSlot for Slot<F>
-where
-    F: FnOnce(&Timeout) + Send + 'static,
-{
-    fn run(&self, timeout: &Timeout) {
-        if let Some(task) = self.0.take() {
-            task(timeout);
-        }
-    }
-
-    fn discard(&self) {
-        drop(self.0.take());
-    }
-}
-
-impl TimeoutInner {
-    /// A new pending timeout holding `task`.
-    pub(crate) fn new<F>(deadline: u64, task: F) -> SharedTimeout
-    where
-        F: FnOnce(&Timeout) + Send + 'static,
-    {
-        Arc::new(TimeoutInner {
-            deadline,
-            state: AtomicU32::new(ST_INIT),
-            key: AtomicU32::new(0),
-            task: Slot(AtomicCell::new(Some(task))),
-        })
-    }
-}
-
-impl<T: ?Sized + TaskSlot> TimeoutInner<T> {
-    fn state(&self) -> u32 {
-        self.state.load(Ordering::Acquire)
-    }
-
-    /// INIT → `to`; true if this call made the move.
-    fn transition(&self, to: u32) -> bool {
-        self.state
-            .compare_exchange(ST_INIT, to, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// INIT → CANCELLED, dropping the task. True only for the caller that
-    /// made the move.
-    pub(crate) fn try_cancel(&self) -> bool {
-        let won = self.transition(ST_CANCELLED);
-        if won {
-            self.task.discard();
-        }
-        won
-    }
-
-    /// INIT → EXPIRED, by the worker just before it runs the task.
-    pub(crate) fn try_expire(&self) -> bool {
-        self.transition(ST_EXPIRED)
-    }
-
-    pub(crate) fn is_cancelled(&self) -> bool {
-        self.state() == ST_CANCELLED
-    }
-
-    /// Runs the task (once; later calls do nothing).
-    pub(crate) fn run_task(&self, timeout: &Timeout) {
-        self.task.run(timeout);
-    }
-
-    /// Drops the task without running it (it may already be gone).
-    pub(crate) fn discard_task(&self) {
-        self.task.discard();
-    }
-
-    /// Records where the worker put this timeout (worker only, once).
-    pub(crate) fn set_key(&self, key: Key) {
-        self.key.store(key.pack(), Ordering::Relaxed);
-    }
-
-    /// Where the worker put this timeout, if it did (worker only).
-    pub(crate) fn key(&self) -> Option<Key> {
-        Key::unpack(self.key.load(Ordering::Relaxed))
-    }
-}
+use super::inbox::{self, Pushed, entry_of};
+use super::slot::{self, ST_CANCELLED, ST_EXPIRED, ST_INIT, SlotRef};
 
 /// A handle on one scheduled task, returned by
 /// [`HashedWheelTimer::new_timeout`](super::HashedWheelTimer::new_timeout)
@@ -151,15 +32,32 @@ impl<T: ?Sized + TaskSlot> TimeoutInner<T> {
 /// Cheap to clone; all clones refer to the same timeout. Dropping a handle
 /// does not cancel the timeout. A handle never panics, even long after its
 /// timer was stopped or dropped.
-#[derive(Clone)]
 pub struct Timeout {
-    pub(crate) inner: SharedTimeout,
-    /// The inbox the timeout was queued through, for `cancel` to reach the
-    /// worker. `None` on handles whose timeout can no longer be cancelled
-    /// (those the worker passes to running tasks, those `stop()` returns):
-    /// `cancel` has nothing to do there, and the worker saves a
-    /// reference-count round trip per expiry.
-    pub(crate) inbox: Option<Arc<Inbox>>,
+    pub(crate) slot: SlotRef,
+}
+
+impl Clone for Timeout {
+    fn clone(&self) -> Self {
+        self.slot.add_ref();
+        Timeout { slot: self.slot }
+    }
+}
+
+impl Drop for Timeout {
+    fn drop(&mut self) {
+        self.slot.release();
+    }
+}
+
+/// What `cancel` did, decided on the producer's side.
+enum Cancelled {
+    /// Another call (or the worker) got there first.
+    Lost,
+    /// Taken back out of this thread's ring: its reference is ours.
+    TakenBack,
+    /// A cancellation was queued (`Queued`/`QueuedWake`) or refused
+    /// (`Closed`: the worker is gone; its reference is ours).
+    Queued(Pushed),
 }
 
 impl Timeout {
@@ -173,26 +71,80 @@ impl Timeout {
     /// [`pending_timeouts`](super::HashedWheelTimer::pending_timeouts)
     /// stops counting it, within one tick.
     pub fn cancel(&self) -> bool {
-        if !self.inner.try_cancel() {
+        if self.slot.state() != ST_INIT {
             return false;
         }
-        if let Some(inbox) = &self.inbox {
-            inbox.push_cancelled(&self.inner);
+        let slot = self.slot;
+        let owner = slot::owner_of(slot.0);
+        // SAFETY: the slot's producer outlives its chunks, hence this slot.
+        let owner = unsafe { &*owner };
+        let key = owner.timer_key();
+        let outcome = inbox::mine(key, || owner.shared.upgrade()).map(|mine| {
+            let pending = entry_of(slot, false);
+            // SAFETY: `mine` is this thread's producer.
+            if ptr::eq(&*mine, owner) && unsafe { mine.pushed_last(pending) } {
+                if !slot.try_cancel(0) {
+                    return Cancelled::Lost;
+                }
+                // SAFETY: as above.
+                if unsafe { mine.unpublish(pending) } {
+                    return Cancelled::TakenBack;
+                }
+                slot.add_ref();
+            } else if !slot.try_cancel(1) {
+                return Cancelled::Lost;
+            }
+            // SAFETY: as above; the entry carries the reference just added.
+            Cancelled::Queued(unsafe { mine.push(entry_of(slot, true), false) })
+        });
+        let pushed = match outcome {
+            Some(Cancelled::Lost) => return false,
+            Some(Cancelled::TakenBack) => {
+                slot.release();
+                None
+            }
+            Some(Cancelled::Queued(pushed)) => Some(pushed),
+            // No producer: the timer is gone or closed.
+            None => {
+                if !slot.try_cancel(0) {
+                    return false;
+                }
+                Some(Pushed::Closed)
+            }
+        };
+        match pushed {
+            Some(Pushed::QueuedWake) => {
+                if let Some(shared) = owner.shared.upgrade() {
+                    shared.wake();
+                }
+            }
+            Some(Pushed::Closed) => {
+                // No worker will see it: count it out here.
+                if let Some(shared) = owner.shared.upgrade() {
+                    shared.count_out_elsewhere(1);
+                }
+                if outcome.is_some() {
+                    slot.release();
+                }
+            }
+            _ => {}
         }
+        // SAFETY: this call moved the state out of `INIT`: the task is ours.
+        unsafe { slot.drop_task() };
         true
     }
 
     /// True if [`cancel`](Timeout::cancel) succeeded on this timeout (or
     /// [`stop`](super::HashedWheelTimer::stop) cancelled it).
     pub fn is_cancelled(&self) -> bool {
-        self.inner.state() == ST_CANCELLED
+        self.slot.state() == ST_CANCELLED
     }
 
     /// True once the worker has claimed the timeout to run its task: it may
     /// be about to run, running, or done. Never true together with
     /// [`is_cancelled`](Timeout::is_cancelled).
     pub fn is_expired(&self) -> bool {
-        self.inner.state() == ST_EXPIRED
+        self.slot.state() == ST_EXPIRED
     }
 
     /// When the task becomes due, as time since the origin of the timer's
@@ -201,18 +153,18 @@ impl Timeout {
     /// `Duration::from_nanos(u64::MAX)` for a delay too large to represent,
     /// which never fires.
     pub fn deadline(&self) -> Duration {
-        Duration::from_nanos(self.inner.deadline)
+        self.slot.deadline_duration()
     }
 
     /// True if both handles refer to the same timeout.
     pub fn ptr_eq(&self, other: &Timeout) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        self.slot == other.slot
     }
 }
 
 impl fmt::Debug for Timeout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.inner.state() {
+        let state = match self.slot.state() {
             ST_INIT => "pending",
             ST_CANCELLED => "cancelled",
             _ => "expired",

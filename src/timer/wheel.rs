@@ -1,52 +1,51 @@
 //! The wheel as a pure data structure, in integer ticks.
 //!
-//! No clock, no threads, no locks, no atomics: the worker (`worker.rs`) owns
-//! one [`Wheel`] and is the only thing that touches it. Everything here is
+//! No clock, no threads, no locks: the worker (`worker.rs`) owns one
+//! [`Wheel`] and is the only thing that touches it. Everything here is
 //! tested single-threaded at the bottom of this file.
 //!
 //! # Representation
 //!
 //! * `buckets.len()` is a power of two, so the bucket of tick `t` is
 //!   `t & mask` (Netty's `tick & mask`).
-//! * Entries live in a [`Slab`]. Each bucket holds two FIFO doubly-linked
-//!   lists of slab indices (`prev` / `next`), so unlinking an entry is O(1)
-//!   in safe code. The two ends of a list do not hold a bare "nil": the
-//!   head's `prev` and the tail's `next` hold `END | bucket << 1 | list`,
-//!   so a node that is removed at an end knows which list's head or tail to
-//!   update without a search and without spending memory on a field.
-//! * The two lists of a bucket: `NOW` holds entries due at the bucket's next
-//!   visit, `LATER` those due on a later turn. A visit fires all of `NOW`
-//!   without looking at `LATER`, then moves the `LATER` entries due at the
-//!   following visit to `NOW` (and skips even that walk when `LATER`'s
-//!   `min_due` says none is). Netty walks a single list and decrements
-//!   every entry's `remainingRounds`; here the due entries fire first, and
-//!   entries a turn or more ahead cost nothing until their last turn. FIFO
-//!   order is kept: an entry moved to `NOW` was placed before any entry
-//!   placed in `NOW` directly for the same tick (which happens less than one
-//!   turn ahead). When the worker skipped the visit that would have moved an
-//!   entry, the entry is still in `LATER` at its due tick; it was placed
-//!   before everything in `NOW`, and fires first.
-//! * A [`Key`] is a slab index. A key can outlive its entry (the entry
-//!   fired or was removed, and the index was reused), so removal by key
-//!   takes a check of the value found there: the caller's identity test
-//!   (for timeouts, pointer equality) tells a stale key from a live one.
+//! * Each bucket holds two lists, each a vector of entries in the order
+//!   they were placed. `NOW` holds entries due at the bucket's next visit,
+//!   `LATER` those due on a later turn. A visit fires all of `NOW` without
+//!   looking at `LATER`, then moves the `LATER` entries due at the following
+//!   visit to `NOW` (and skips even that walk when `LATER`'s `min_due` says
+//!   none is). Netty walks a single list and decrements every entry's
+//!   `remainingRounds`; here the due entries fire first, and entries a turn
+//!   or more ahead cost nothing until their last turn. FIFO order is kept:
+//!   an entry moved to `NOW` was placed before any entry placed in `NOW`
+//!   directly for the same tick (which happens less than one turn ahead).
+//!   When the worker skipped the visit that would have moved an entry, the
+//!   entry is still in `LATER` at its due tick; it was placed before
+//!   everything in `NOW`, and fires first.
+//! * Every entry records where it is ([`Placed::pos`]): its list and its
+//!   index there. The bucket follows from the entry's due tick (`due &
+//!   mask`), except for an entry that was already overdue when it was
+//!   placed: it goes into the current tick's bucket, fires while that tick
+//!   is processed, and its position says so (`OVERDUE`). Removal by
+//!   position is O(1): the vector keeps a hole (`None`) in its place, so the
+//!   order of the others does not change; a list whose holes outnumber its
+//!   entries is compacted (and the positions of the entries that moved are
+//!   rewritten). A removed or fired entry's position is [`NOT_PLACED`].
+//! * Vectors rather than linked nodes: an entry costs one pointer in its
+//!   list and nothing else, and a visit reads its list front to back, so
+//!   the loads of the entries it fires are independent of each other and
+//!   can overlap.
 //! * An entry's *due tick* is the tick during whose processing it fires.
 //!   Netty stores `remainingRounds = (due - tick) / len` and decrements it on
-//!   every visit of the bucket; we store the due tick itself (derived from the
-//!   entry by the caller's `due_of` function), which carries the same
-//!   information, makes a visit read-only for entries that are not yet due,
-//!   and lets the worker skip runs of ticks in which nothing can be due.
-//!   [`remaining_rounds`] gives Netty's number for any entry.
+//!   every visit of the bucket; we derive the due tick from the entry (the
+//!   caller's `due_of` function), which carries the same information, makes a
+//!   visit read-only for entries that are not yet due, and lets the worker
+//!   skip runs of ticks in which nothing can be due. [`remaining_rounds`]
+//!   gives Netty's number for any entry.
 //! * Each list keeps `min_due`, a lower bound of the due ticks in it: it is
 //!   lowered on insert, recomputed exactly when the list is walked, and left
 //!   alone on removal (where it stays a valid lower bound). An occupancy
 //!   bitmap (a bit per bucket with either list non-empty) lets
 //!   [`Wheel::next_due`] skip empty buckets a word at a time.
-
-use slab::Slab;
-
-/// Marks a link as a list end; the low bits then hold `bucket << 1 | list`.
-const END: u32 = 1 << 31;
 
 /// The list of entries due at the bucket's next visit.
 const NOW: usize = 0;
@@ -54,33 +53,51 @@ const NOW: usize = 0;
 /// The list of entries due on a later turn of the wheel.
 const LATER: usize = 1;
 
-/// "No node": an empty bucket's head and tail, and the index of no key.
-const NIL: u32 = u32::MAX;
+/// Position kinds, in the top two bits of a position.
+const KIND_SHIFT: u32 = 30;
+const KIND_NOW: u32 = 0;
+const KIND_LATER: u32 = 1;
+/// In the `NOW` list of the bucket of the tick being processed when it was
+/// placed (it was overdue then).
+const KIND_OVERDUE: u32 = 2;
 
-fn is_end(link: u32) -> bool {
-    link & END != 0
-}
+/// The position of an entry that is in no list.
+pub(crate) const NOT_PLACED: u32 = u32::MAX;
 
-fn end_of(bucket: usize, list: usize) -> u32 {
-    debug_assert!(bucket < MAX_BUCKETS && list <= LATER);
-    END | ((bucket as u32) << 1) | list as u32
-}
+/// Largest number of entries in one list: an index and its kind must fit
+/// a position, and the all-ones position means "not placed".
+pub(crate) const MAX_LIST: usize = (1 << KIND_SHIFT) - 1;
 
-/// The bucket and list an end link names.
-fn end_target(link: u32) -> (usize, usize) {
-    let bits = link & !END;
-    ((bits >> 1) as usize, (bits & 1) as usize)
-}
-
-/// Largest number of entries a wheel can hold: a link's top bit is the
-/// [`END`] tag, so slab indices stay below `2^31`.
-pub(crate) const MAX_ENTRIES: usize = (END - 1) as usize;
-
-/// Largest number of buckets: a bucket index and a list bit must fit beside
-/// the tag. (The end link of bucket `2^30 - 1`'s `LATER` list equals `NIL`;
-/// that is harmless, since `NIL` is only ever stored as a list's head or
-/// tail and end links only in nodes.)
+/// Largest number of buckets.
 pub(crate) const MAX_BUCKETS: usize = 1 << 30;
+
+/// Lists shorter than this are never compacted (their holes go at the next
+/// visit or walk).
+const COMPACT_MIN: usize = 32;
+
+/// A list's vector capacity above which a visit that empties it releases
+/// it, so that a burst's memory does not stay with the wheel.
+const KEEP_CAPACITY: usize = 4096;
+
+/// What the wheel needs from an entry: a place to record its position.
+/// Only the wheel writes it; `same` tells two entries apart.
+pub(crate) trait Placed {
+    /// The position recorded by [`Placed::set_pos`]; [`NOT_PLACED`] before.
+    fn pos(&self) -> u32;
+    /// Records the entry's position.
+    fn set_pos(&self, pos: u32);
+    /// True if both are the same entry.
+    fn same(&self, other: &Self) -> bool;
+}
+
+fn pack(kind: u32, index: usize) -> u32 {
+    debug_assert!(index < MAX_LIST);
+    (kind << KIND_SHIFT) | index as u32
+}
+
+fn unpack(pos: u32) -> (u32, usize) {
+    (pos >> KIND_SHIFT, (pos & ((1 << KIND_SHIFT) - 1)) as usize)
+}
 
 /// Netty's `remainingRounds` for an entry due at tick `due`, seen at tick
 /// `tick` on a wheel of `len` buckets: the number of further full turns of
@@ -108,61 +125,54 @@ pub(crate) fn wheel_length(n: usize, max: usize) -> Option<usize> {
     n.checked_next_power_of_two().filter(|&len| len <= max)
 }
 
-/// Handle on one entry of a [`Wheel`]: its slab index.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct Key {
-    index: u32,
-}
-
-impl Key {
-    /// Packs the key into a `u32` that is never zero: zero packs "no key".
-    pub(crate) fn pack(self) -> u32 {
-        self.index + 1
-    }
-
-    /// Inverse of [`Key::pack`]; `None` for zero.
-    pub(crate) fn unpack(word: u32) -> Option<Key> {
-        word.checked_sub(1).map(|index| Key { index })
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct List {
-    head: u32,
-    tail: u32,
+#[derive(Debug)]
+struct List<T> {
+    /// Entries in placement order; `None` is a hole left by a removal.
+    items: Vec<Option<T>>,
+    holes: usize,
     /// Lower bound of the due ticks of the entries in this list
     /// (`u64::MAX` when empty).
     min_due: u64,
 }
 
-const EMPTY_LIST: List = List {
-    head: NIL,
-    tail: NIL,
-    min_due: u64::MAX,
-};
+impl<T> List<T> {
+    const fn new() -> Self {
+        List {
+            items: Vec::new(),
+            holes: 0,
+            min_due: u64::MAX,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.len() == self.holes
+    }
+
+    /// Forgets every entry (they were all taken out) and, after a burst,
+    /// the memory too.
+    fn reset(&mut self) {
+        self.items.clear();
+        if self.items.capacity() > KEEP_CAPACITY {
+            self.items = Vec::new();
+        }
+        self.holes = 0;
+        self.min_due = u64::MAX;
+    }
+}
 
 /// A bucket: its `NOW` and `LATER` lists.
-type Bucket = [List; 2];
-
-const EMPTY_BUCKET: Bucket = [EMPTY_LIST; 2];
-
-#[derive(Debug)]
-struct Node<T> {
-    value: T,
-    prev: u32,
-    next: u32,
-}
+type Bucket<T> = [List<T>; 2];
 
 /// A hashed timing wheel of `T`s, in ticks.
 #[derive(Debug)]
 pub(crate) struct Wheel<T> {
     mask: u64,
-    buckets: Box<[Bucket]>,
+    buckets: Box<[Bucket<T>]>,
     occupied: Box<[u64]>,
-    nodes: Slab<Node<T>>,
+    len: usize,
 }
 
-impl<T> Wheel<T> {
+impl<T: Placed> Wheel<T> {
     /// A wheel of `len` buckets. `len` must be a power of two (the timer's
     /// builder guarantees it).
     pub(crate) fn new(len: usize) -> Self {
@@ -172,90 +182,108 @@ impl<T> Wheel<T> {
         );
         Wheel {
             mask: len as u64 - 1,
-            buckets: vec![EMPTY_BUCKET; len].into_boxed_slice(),
+            buckets: (0..len).map(|_| [List::new(), List::new()]).collect(),
             occupied: vec![0; len.div_ceil(64)].into_boxed_slice(),
-            nodes: Slab::new(),
+            len: 0,
         }
     }
 
     /// Number of entries.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
+        self.len
     }
 
     /// True when the wheel holds no entry.
     pub(crate) fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.len == 0
     }
 
     /// Places `value`, due at tick `due`, while the wheel is at tick `tick`.
-    /// It goes at the tail of bucket `max(due, tick) & mask`; its effective
+    /// It goes at the end of bucket `max(due, tick) & mask`; its effective
     /// due tick is `max(due, tick)`, so an overdue entry fires during the
-    /// processing of `tick`. Returns the key and the placed value. Fails
-    /// (handing `value` back) only when the wheel already holds
-    /// [`MAX_ENTRIES`] entries.
-    pub(crate) fn insert(&mut self, value: T, due: u64, tick: u64) -> Result<(Key, &T), T> {
-        if self.nodes.len() >= MAX_ENTRIES {
+    /// processing of `tick`. Fails (handing `value` back) only when that
+    /// list already holds [`MAX_LIST`] entries.
+    pub(crate) fn insert(&mut self, value: T, due: u64, tick: u64) -> Result<(), T> {
+        let b = bucket_index(due, tick, self.mask);
+        let (list, kind) = if due < tick {
+            (NOW, KIND_OVERDUE)
+        } else if due - tick <= self.mask {
+            (NOW, KIND_NOW)
+        } else {
+            (LATER, KIND_LATER)
+        };
+        if self.buckets[b][list].items.len() >= MAX_LIST {
             return Err(value);
         }
-        let index = self.nodes.insert(Node {
-            value,
-            prev: NIL,
-            next: NIL,
-        });
-        self.place(index as u32, due, tick);
-        Ok((
-            Key {
-                index: index as u32,
-            },
-            &self.nodes[index].value,
-        ))
+        self.append(b, list, kind, value, due.max(tick));
+        Ok(())
     }
 
-    /// Links node `index` (in the slab, in no list) into the list where an
-    /// entry due at `due` belongs while the wheel is at `tick`.
-    fn place(&mut self, index: u32, due: u64, tick: u64) {
-        let due = due.max(tick);
-        let b = bucket_index(due, tick, self.mask);
-        let list = if due - tick <= self.mask { NOW } else { LATER };
-        self.append(b, list, index, due);
-    }
-
-    /// Links node `index` (in the slab, in no list) at the tail of `list`
-    /// of bucket `b`, with due tick `due`.
-    fn append(&mut self, b: usize, list: usize, index: u32, due: u64) {
-        let tail = self.buckets[b][list].tail;
-        let node = &mut self.nodes[index as usize];
-        node.prev = if tail == NIL { end_of(b, list) } else { tail };
-        node.next = end_of(b, list);
-        if tail == NIL {
-            self.buckets[b][list].head = index;
-            self.occupied[b / 64] |= 1 << (b % 64);
-        } else {
-            self.nodes[tail as usize].next = index;
-        }
+    /// Appends `value`, due at `due`, to `list` of bucket `b`.
+    fn append(&mut self, b: usize, list: usize, kind: u32, value: T, due: u64) {
         let l = &mut self.buckets[b][list];
-        l.tail = index;
+        value.set_pos(pack(kind, l.items.len()));
+        l.items.push(Some(value));
         l.min_due = l.min_due.min(due);
+        self.occupied[b / 64] |= 1 << (b % 64);
+        self.len += 1;
     }
 
-    /// Removes the entry `key` names, if `is_it` recognises the value
-    /// found there. `None` when the key is stale (its entry already left the
-    /// wheel, and the index is free or holds another entry).
-    pub(crate) fn remove(&mut self, key: Key, is_it: impl FnOnce(&T) -> bool) -> Option<T> {
-        let index = key.index as usize;
-        if !self.nodes.get(index).is_some_and(|node| is_it(&node.value)) {
+    /// Takes `value` out of the wheel, if it is in it: `None` when its
+    /// position says it is not placed (fired, removed, or never placed).
+    /// `tick` is the tick being processed, `due_of` gives its due tick.
+    pub(crate) fn remove(&mut self, value: &T, tick: u64, due_of: impl Fn(&T) -> u64) -> Option<T> {
+        let pos = value.pos();
+        if pos == NOT_PLACED {
             return None;
         }
-        Some(self.unlink(index))
+        let (kind, index) = unpack(pos);
+        let (b, list) = match kind {
+            KIND_NOW => ((due_of(value) & self.mask) as usize, NOW),
+            KIND_LATER => ((due_of(value) & self.mask) as usize, LATER),
+            _ => ((tick & self.mask) as usize, NOW),
+        };
+        let l = &mut self.buckets[b][list];
+        let slot = l.items.get_mut(index)?;
+        if !slot.as_ref().is_some_and(|v| v.same(value)) {
+            debug_assert!(false, "position {pos:#x} of bucket {b} holds another entry");
+            return None;
+        }
+        let taken = slot.take()?;
+        taken.set_pos(NOT_PLACED);
+        l.holes += 1;
+        self.len -= 1;
+        if l.is_empty() {
+            l.reset();
+            self.clear_bit_if_empty(b);
+        } else if l.holes * 2 > l.items.len() && l.items.len() >= COMPACT_MIN {
+            Self::compact(l, list_kind(list));
+        }
+        Some(taken)
     }
 
-    /// Unlinks slab entry `index` from the bucket it is in.
-    fn unlink(&mut self, index: usize) -> T {
-        let node = self.nodes.remove(index);
-        self.link_around(node.prev, node.next);
-        node.value
+    /// Squeezes the holes out of a list, rewriting the positions of the
+    /// entries that move.
+    fn compact(l: &mut List<T>, kind: u32) {
+        let mut next = 0;
+        for i in 0..l.items.len() {
+            if let Some(v) = l.items[i].take() {
+                if next != i {
+                    v.set_pos(pack(kind, next));
+                }
+                l.items[next] = Some(v);
+                next += 1;
+            }
+        }
+        l.items.truncate(next);
+        l.holes = 0;
+    }
+
+    fn clear_bit_if_empty(&mut self, b: usize) {
+        if self.buckets[b].iter().all(List::is_empty) {
+            self.occupied[b / 64] &= !(1 << (b % 64));
+        }
     }
 
     /// Takes out of the bucket of `tick` every entry due at or before `tick`
@@ -273,62 +301,67 @@ impl<T> Wheel<T> {
         // Entries the visit one turn ago did not move (the worker skipped
         // it): placed before anything in `NOW`, so they fire first.
         if self.buckets[b][LATER].min_due <= tick {
-            self.walk_later(b, tick, None, &due_of, &mut fire);
+            self.walk_later(b, tick, false, &due_of, &mut fire);
         }
-        loop {
-            let head = self.buckets[b][NOW].head;
-            if head == NIL {
-                break;
-            }
-            // Reading the entry before unlinking it also lets its cache miss
-            // overlap with the unlinking.
-            let due = due_of(&self.nodes[head as usize].value);
+        let mut now = std::mem::replace(&mut self.buckets[b][NOW], List::new());
+        let mut strays = Vec::new();
+        let count = now.items.len() - now.holes;
+        for value in now.items.drain(..).flatten() {
+            let due = due_of(&value);
             if due <= tick {
-                fire(self.unlink(head as usize));
+                value.set_pos(NOT_PLACED);
+                fire(value);
             } else {
                 // Cannot happen; never fire early if it does.
                 debug_assert!(false, "bucket {b}'s NOW list holds an entry due at {due}");
-                let node = &self.nodes[head as usize];
-                let (prev, next) = (node.prev, node.next);
-                self.link_around(prev, next);
-                // `LATER` is walked by min_due, so it fires at its tick.
-                self.append((due & self.mask) as usize, LATER, head, due);
+                strays.push((value, due));
             }
+        }
+        self.len -= count;
+        // Keep the (emptied) vector's capacity for the next turn.
+        now.reset();
+        self.buckets[b][NOW] = now;
+        for (value, due) in strays {
+            // `LATER` is walked by min_due, so it fires at its tick.
+            let home = (due & self.mask) as usize;
+            self.append(home, LATER, KIND_LATER, value, due);
         }
         // Move what falls due at the next visit (`tick + len`) to `NOW`.
         let next_visit = tick.saturating_add(self.mask + 1);
         if self.buckets[b][LATER].min_due <= next_visit {
-            self.walk_later(b, next_visit, Some(next_visit), &due_of, &mut fire);
+            self.walk_later(b, next_visit, true, &due_of, &mut fire);
         }
+        self.clear_bit_if_empty(b);
     }
 
     /// Walks the `LATER` list of bucket `b` in order. Each entry due at or
-    /// before `upto` is moved to the `NOW` list if `promote` is given (with
-    /// that due tick), or else unlinked and handed to `fire`. Recomputes
-    /// the list's `min_due` from the entries that stay.
+    /// before `upto` is moved to the `NOW` list if `promote`, or else handed
+    /// to `fire`. Squeezes out the holes and recomputes the list's `min_due`
+    /// from the entries that stay.
     fn walk_later(
         &mut self,
         b: usize,
         upto: u64,
-        promote: Option<u64>,
+        promote: bool,
         due_of: &impl Fn(&T) -> u64,
         fire: &mut impl FnMut(T),
     ) {
-        let mut cursor = self.buckets[b][LATER].head;
+        let mut later = std::mem::replace(&mut self.buckets[b][LATER], List::new());
         let mut min_due = u64::MAX;
-        while cursor != NIL && !is_end(cursor) {
-            let index = cursor as usize;
-            let node = &self.nodes[index];
-            cursor = node.next;
-            let due = due_of(&node.value);
+        let mut kept = 0;
+        for i in 0..later.items.len() {
+            let Some(value) = later.items[i].take() else {
+                continue;
+            };
+            let due = due_of(&value);
             if due <= upto {
-                match promote {
-                    Some(due) => {
-                        let (prev, next) = (node.prev, node.next);
-                        self.link_around(prev, next);
-                        self.append(b, NOW, index as u32, due);
-                    }
-                    None => fire(self.unlink(index)),
+                if promote {
+                    self.len -= 1;
+                    self.append(b, NOW, KIND_NOW, value, upto);
+                } else {
+                    self.len -= 1;
+                    value.set_pos(NOT_PLACED);
+                    fire(value);
                 }
             } else {
                 debug_assert_eq!(
@@ -337,37 +370,20 @@ impl<T> Wheel<T> {
                     "entry due at {due} sits in bucket {b}"
                 );
                 min_due = min_due.min(due);
-            }
-        }
-        let later = &mut self.buckets[b][LATER];
-        if later.head != NIL {
-            later.min_due = min_due;
-        }
-    }
-
-    /// Joins `prev` and `next` around a node just taken out of its list.
-    /// An end link names the list whose head or tail changes; a list left
-    /// empty is reset, and a bucket left empty is cleared from the bitmap.
-    fn link_around(&mut self, prev: u32, next: u32) {
-        if is_end(prev) {
-            let (b, list) = end_target(prev);
-            self.buckets[b][list].head = if is_end(next) { NIL } else { next };
-        } else {
-            self.nodes[prev as usize].next = next;
-        }
-        if is_end(next) {
-            let (b, list) = end_target(next);
-            let l = &mut self.buckets[b][list];
-            l.tail = if is_end(prev) { NIL } else { prev };
-            if l.head == NIL {
-                *l = EMPTY_LIST;
-                if self.buckets[b].iter().all(|l| l.head == NIL) {
-                    self.occupied[b / 64] &= !(1 << (b % 64));
+                if kept != i {
+                    value.set_pos(pack(KIND_LATER, kept));
                 }
+                later.items[kept] = Some(value);
+                kept += 1;
             }
-        } else {
-            self.nodes[next as usize].prev = prev;
         }
+        later.items.truncate(kept);
+        later.holes = 0;
+        later.min_due = min_due;
+        if kept == 0 {
+            later.reset();
+        }
+        self.buckets[b][LATER] = later;
     }
 
     /// The earliest tick `>= tick` at which some entry can be due, or `None`
@@ -393,10 +409,6 @@ impl<T> Wheel<T> {
                     let min_due = self.buckets[b][NOW]
                         .min_due
                         .min(self.buckets[b][LATER].min_due);
-                    debug_assert!(
-                        min_due >= visit,
-                        "bucket {b} has min_due {min_due} before its next visit {visit} (tick {tick})"
-                    );
                     if min_due <= visit {
                         return Some(visit);
                     }
@@ -433,25 +445,78 @@ impl<T> Wheel<T> {
     }
 
     /// Takes every entry out of the wheel, in no particular order.
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.buckets.fill(EMPTY_BUCKET);
+    pub(crate) fn drain(&mut self) -> Vec<T> {
+        let mut all = Vec::with_capacity(self.len);
+        for bucket in self.buckets.iter_mut() {
+            for list in bucket.iter_mut() {
+                for value in list.items.drain(..).flatten() {
+                    value.set_pos(NOT_PLACED);
+                    all.push(value);
+                }
+                list.reset();
+            }
+        }
         self.occupied.fill(0);
-        self.nodes.drain().map(|n| n.value)
+        self.len = 0;
+        all
     }
+}
+
+fn list_kind(list: usize) -> u32 {
+    if list == NOW { KIND_NOW } else { KIND_LATER }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
 
-    fn due_of(v: &(u64, u32)) -> u64 {
-        v.0
+    /// A test entry: its due tick, an id, and a shared position cell.
+    #[derive(Clone, Debug)]
+    struct E {
+        due: u64,
+        id: u32,
+        pos: Rc<Cell<u32>>,
+    }
+
+    impl E {
+        fn new(due: u64, id: u32) -> E {
+            E {
+                due,
+                id,
+                pos: Rc::new(Cell::new(NOT_PLACED)),
+            }
+        }
+    }
+
+    impl Placed for E {
+        fn pos(&self) -> u32 {
+            self.pos.get()
+        }
+        fn set_pos(&self, pos: u32) {
+            self.pos.set(pos);
+        }
+        fn same(&self, other: &Self) -> bool {
+            Rc::ptr_eq(&self.pos, &other.pos)
+        }
+    }
+
+    fn due_of(v: &E) -> u64 {
+        v.due
+    }
+
+    /// Inserts a new entry and returns a clone of it (to remove it by).
+    fn put(w: &mut Wheel<E>, due: u64, id: u32, tick: u64) -> E {
+        let e = E::new(due, id);
+        w.insert(e.clone(), due, tick).unwrap();
+        e
     }
 
     /// Expires tick `t` and returns the ids that fired.
-    fn fire(w: &mut Wheel<(u64, u32)>, t: u64) -> Vec<u32> {
+    fn fire(w: &mut Wheel<E>, t: u64) -> Vec<u32> {
         let mut out = Vec::new();
-        w.expire(t, due_of, |(_, id)| out.push(id));
+        w.expire(t, due_of, |e| out.push(e.id));
         out
     }
 
@@ -507,40 +572,43 @@ mod tests {
     }
 
     #[test]
-    fn key_packs_and_unpacks() {
-        for index in [0u32, 7, END - 2] {
-            let k = Key { index };
-            assert_ne!(k.pack(), 0, "zero means no key");
-            assert_eq!(Key::unpack(k.pack()), Some(k));
+    fn positions_pack_and_unpack() {
+        for kind in [KIND_NOW, KIND_LATER, KIND_OVERDUE] {
+            for index in [0usize, 7, MAX_LIST - 1] {
+                let pos = pack(kind, index);
+                assert_ne!(pos, NOT_PLACED);
+                assert_eq!(unpack(pos), (kind, index));
+            }
         }
-        assert_eq!(Key::unpack(0), None);
     }
 
     #[test]
     fn entries_fire_at_their_due_tick_in_fifo_order() {
         let mut w = Wheel::new(8);
-        w.insert((3, 1), 3, 0).unwrap();
-        w.insert((3, 2), 3, 0).unwrap();
-        w.insert((11, 3), 11, 0).unwrap(); // same bucket, one round later
-        w.insert((3, 4), 3, 0).unwrap();
+        put(&mut w, 3, 1, 0);
+        put(&mut w, 3, 2, 0);
+        let later = put(&mut w, 11, 3, 0); // same bucket, one round later
+        put(&mut w, 3, 4, 0);
         for t in 0..3 {
             assert!(fire(&mut w, t).is_empty());
         }
         assert_eq!(fire(&mut w, 3), vec![1, 2, 4]);
         assert_eq!(w.len(), 1);
+        assert_ne!(later.pos(), NOT_PLACED);
         for t in 4..11 {
             assert!(fire(&mut w, t).is_empty(), "tick {t}");
         }
         assert_eq!(fire(&mut w, 11), vec![3]);
         assert!(w.is_empty());
+        assert_eq!(later.pos(), NOT_PLACED, "a fired entry is no longer placed");
     }
 
     #[test]
     fn an_entry_moved_to_now_fires_before_later_placed_entries_of_its_tick() {
         let mut w = Wheel::new(8);
-        w.insert((11, 1), 11, 0).unwrap(); // a turn ahead: LATER
+        put(&mut w, 11, 1, 0); // a turn ahead: LATER
         assert!(fire(&mut w, 3).is_empty()); // the visit moves it to NOW
-        w.insert((11, 2), 11, 4).unwrap(); // less than a turn ahead: NOW
+        put(&mut w, 11, 2, 4); // less than a turn ahead: NOW
         assert_eq!(fire(&mut w, 11), vec![1, 2]);
         assert!(w.is_empty());
     }
@@ -548,9 +616,9 @@ mod tests {
     #[test]
     fn an_entry_whose_move_was_skipped_fires_first_at_its_tick() {
         let mut w = Wheel::new(8);
-        w.insert((11, 1), 11, 0).unwrap(); // LATER; tick 3 is never visited
-        w.insert((11, 2), 11, 4).unwrap(); // NOW
-        w.insert((19, 3), 19, 4).unwrap(); // LATER, stays
+        put(&mut w, 11, 1, 0); // LATER; tick 3 is never visited
+        put(&mut w, 11, 2, 4); // NOW
+        put(&mut w, 19, 3, 4); // LATER, stays
         assert_eq!(fire(&mut w, 11), vec![1, 2]);
         assert_eq!(w.len(), 1);
         assert_eq!(w.next_due(12), Some(19));
@@ -559,56 +627,51 @@ mod tests {
 
     #[test]
     fn a_visit_does_not_look_at_entries_due_on_later_turns() {
-        let looked = std::cell::Cell::new(0);
-        let due_of = |v: &(u64, u32)| {
+        let looked = Cell::new(0);
+        let due_of = |v: &E| {
             looked.set(looked.get() + 1);
-            v.0
+            v.due
         };
         let mut w = Wheel::new(8);
         for i in 0..5 {
-            w.insert((3 + 8 * 10, i), 3 + 8 * 10, 0).unwrap();
+            put(&mut w, 3 + 8 * 10, i, 0);
         }
-        w.insert((3, 9), 3, 0).unwrap();
+        put(&mut w, 3, 9, 0);
         let mut out = Vec::new();
-        w.expire(3, due_of, |(_, id)| out.push(id));
+        w.expire(3, due_of, |e| out.push(e.id));
         assert_eq!(out, vec![9]);
-        // Only the due entry may be looked at (by a debug assertion).
-        assert!(looked.get() <= 1, "looked at {} entries", looked.get());
+        assert_eq!(looked.get(), 1, "only the due entry is looked at");
         assert_eq!(w.len(), 5);
     }
 
     #[test]
-    fn overdue_entries_fire_in_the_current_tick() {
+    fn overdue_entries_fire_in_the_current_tick_after_those_placed_before() {
         let mut w = Wheel::new(4);
-        w.insert((2, 1), 2, 9).unwrap();
-        assert_eq!(fire(&mut w, 9), vec![1]);
+        put(&mut w, 9, 1, 5); // due at 9, placed at 5: NOW of bucket 1
+        put(&mut w, 2, 2, 9); // overdue at 9: the same bucket, after it
+        put(&mut w, 9, 3, 9);
+        assert_eq!(fire(&mut w, 9), vec![1, 2, 3]);
+        assert!(w.is_empty());
     }
 
     #[test]
-    fn stale_keys_are_ignored_after_index_reuse() {
+    fn an_overdue_entry_can_be_removed_before_its_tick_is_processed() {
         let mut w = Wheel::new(4);
-        let a = w.insert((1, 1), 1, 0).unwrap().0;
-        assert_eq!(w.remove(a, |v| v.1 == 1), Some((1, 1)));
-        let b = w.insert((2, 2), 2, 0).unwrap().0;
-        assert_eq!(a, b, "the slab reuses the index");
-        assert_eq!(
-            w.remove(a, |v| v.1 == 1),
-            None,
-            "the stale key must not remove the new entry"
-        );
-        assert_eq!(w.len(), 1);
-        assert_eq!(w.remove(b, |v| v.1 == 2), Some((2, 2)));
-        assert_eq!(w.remove(b, |v| v.1 == 2), None, "nor a freed index");
+        let a = put(&mut w, 2, 1, 9);
+        put(&mut w, 9, 2, 9);
+        assert_eq!(w.remove(&a, 9, due_of).map(|e| e.id), Some(1));
+        assert_eq!(a.pos(), NOT_PLACED);
+        assert_eq!(fire(&mut w, 9), vec![2]);
     }
 
     #[test]
-    fn remove_unlinks_head_middle_and_tail() {
+    fn removal_leaves_the_others_in_order_and_a_second_removal_finds_nothing() {
         for victim in 0..3usize {
             let mut w = Wheel::new(4);
-            let keys: Vec<Key> = (0..3u32)
-                .map(|i| w.insert((1, i), 1, 0).unwrap().0)
-                .collect();
-            assert_eq!(w.remove(keys[victim], |_| true), Some((1, victim as u32)));
+            let es: Vec<E> = (0..3u32).map(|i| put(&mut w, 1, i, 0)).collect();
+            let removed = w.remove(&es[victim], 0, due_of);
+            assert_eq!(removed.map(|e| e.id), Some(victim as u32));
+            assert!(w.remove(&es[victim], 0, due_of).is_none(), "not twice");
             let expect: Vec<u32> = (0..3u32).filter(|&i| i as usize != victim).collect();
             assert_eq!(fire(&mut w, 1), expect);
             assert!(w.is_empty());
@@ -617,28 +680,59 @@ mod tests {
     }
 
     #[test]
-    fn next_due_finds_the_earliest_possible_tick() {
-        let mut w: Wheel<(u64, u32)> = Wheel::new(8);
+    fn removals_compact_a_list_and_keep_positions_right() {
+        let mut w = Wheel::new(4);
+        // All in bucket 1's LATER list (due 5 turns ahead).
+        let es: Vec<E> = (0..100u32).map(|i| put(&mut w, 21, i, 0)).collect();
+        for e in es.iter().filter(|e| e.id % 3 != 0) {
+            assert_eq!(w.remove(e, 0, due_of).map(|x| x.id), Some(e.id));
+        }
+        // Compaction moved the survivors: each must still be removable.
+        for e in es.iter().filter(|e| e.id % 3 == 0 && e.id % 2 == 0) {
+            assert_eq!(w.remove(e, 0, due_of).map(|x| x.id), Some(e.id));
+        }
+        let expect: Vec<u32> = (0..100u32).filter(|i| i % 3 == 0 && i % 2 == 1).collect();
+        let mut got = Vec::new();
+        for t in 1..=21 {
+            got.extend(fire(&mut w, t));
+        }
+        assert_eq!(got, expect);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn removing_the_last_entry_of_a_bucket_clears_its_bit() {
+        let mut w = Wheel::new(128);
+        let a = put(&mut w, 70, 1, 0);
+        assert_eq!(w.next_due(0), Some(70));
+        w.remove(&a, 0, due_of);
         assert_eq!(w.next_due(0), None);
-        w.insert((21, 1), 21, 0).unwrap(); // bucket 5, two rounds ahead
+        assert!(w.occupied.iter().all(|&word| word == 0));
+    }
+
+    #[test]
+    fn next_due_finds_the_earliest_possible_tick() {
+        let mut w: Wheel<E> = Wheel::new(8);
+        assert_eq!(w.next_due(0), None);
+        put(&mut w, 21, 1, 0); // bucket 5, two rounds ahead
         assert_eq!(w.next_due(0), Some(21));
-        let k = w.insert((6, 2), 6, 0).unwrap().0;
+        let k = put(&mut w, 6, 2, 0);
         assert_eq!(w.next_due(0), Some(6));
         assert_eq!(w.next_due(6), Some(6));
-        w.remove(k, |_| true);
+        w.remove(&k, 0, due_of);
         // After a removal the bound may be early, never late.
         assert!(w.next_due(0).unwrap() <= 21);
         assert!(fire(&mut w, 6).is_empty());
         assert_eq!(w.next_due(7), Some(21));
-        w.insert((7, 3), 7, 7).unwrap();
+        put(&mut w, 7, 3, 7);
         assert_eq!(w.next_due(7), Some(7));
     }
 
     #[test]
     fn next_due_scans_large_sparse_wheels() {
-        let mut w: Wheel<(u64, u32)> = Wheel::new(1 << 12);
-        w.insert((4000, 1), 4000, 100).unwrap();
-        w.insert((70, 2), 70 + 3 * 4096, 60).unwrap();
+        let mut w: Wheel<E> = Wheel::new(1 << 12);
+        put(&mut w, 4000, 1, 100);
+        put(&mut w, 70 + 3 * 4096, 2, 60);
         assert_eq!(w.next_due(100), Some(4000));
         assert_eq!(fire(&mut w, 4000), vec![1]);
         assert_eq!(w.next_due(4001), Some(70 + 3 * 4096));
@@ -647,15 +741,17 @@ mod tests {
     #[test]
     fn drain_returns_everything_and_empties_the_wheel() {
         let mut w = Wheel::new(4);
-        for i in 0..10u32 {
-            w.insert((u64::from(i), i), u64::from(i), 0).unwrap();
-        }
-        let mut all: Vec<u32> = w.drain().map(|v| v.1).collect();
+        let es: Vec<E> = (0..10u32)
+            .map(|i| put(&mut w, u64::from(i), i, 0))
+            .collect();
+        w.remove(&es[4], 0, due_of);
+        let mut all: Vec<u32> = w.drain().into_iter().map(|v| v.id).collect();
         all.sort();
-        assert_eq!(all, (0..10).collect::<Vec<_>>());
+        assert_eq!(all, [0, 1, 2, 3, 5, 6, 7, 8, 9]);
+        assert!(es.iter().all(|e| e.pos() == NOT_PLACED));
         assert!(w.is_empty());
         assert_eq!(w.next_due(0), None);
-        w.insert((1, 99), 1, 0).unwrap();
+        put(&mut w, 1, 99, 0);
         assert_eq!(fire(&mut w, 1), vec![99]);
     }
 }

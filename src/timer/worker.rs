@@ -2,40 +2,50 @@
 //!
 //! # Ground rules
 //!
-//! * Only this thread touches the [`Wheel`]; producers reach it through the
-//!   inboxes (`inbox.rs`).
+//! * Only this thread touches the [`Wheel`]; producers reach it through
+//!   their rings (`inbox.rs`).
 //! * Tick `t` is processed once the clock reads at least the end of `t`
 //!   (`start + (t+1)·tick`), so every timeout it fires has a deadline in the
 //!   past: nothing fires early.
-//! * Processing a tick: drain the cancelled lists (unlink, count out), move
-//!   at most [`TRANSFER_CAP`] pending timeouts into buckets (never into a past
-//!   bucket), then fire the due entries of the tick's bucket in FIFO order.
+//! * Processing a tick: claim what the producers published, count out the
+//!   cancellations among it (unlinking those timeouts), move at most
+//!   [`TRANSFER_CAP`] new timeouts into buckets (never into a past bucket),
+//!   then fire the due entries of the tick's bucket in FIFO order.
+//!   Cancellations claimed outside a tick's processing (while skipping idle
+//!   ticks) wait for the next one, so each is counted out at a tick
+//!   boundary.
+//! * Every slot the worker holds (in the wheel, in its batch of new
+//!   timeouts, in its list of claimed cancellations) is one reference,
+//!   released exactly once: after the task ran, when the cancellation is
+//!   processed, or at exit.
 //! * Ticks are processed one by one, in order, while there is work. When
-//!   the inboxes are empty and nothing in the wheel can be due before tick
+//!   the rings are empty and nothing in the wheel can be due before tick
 //!   `w`, the worker "dozes" until the end of `w` (forever when the wheel is
 //!   empty) and then skips the ticks in between, which had nothing to do.
-//!   Before dozing it sets `doze` and marks every inbox, each under its lock
-//!   and found empty; a producer (or canceller) that pushes into a marked
-//!   inbox claims the wake-up with a CAS on `doze` that also records when it
-//!   happened, then wakes the worker. So nothing waits in an inbox while the
-//!   worker dozes. A worker woken that way stays awake until the current
-//!   tick ends and transfers what arrived meanwhile then: a burst of new
-//!   timeouts is moved into buckets tick by tick as it arrives, with one
-//!   wake-up at most per tick.
+//!   Before dozing it sets `doze` and arms every producer (a
+//!   compare-and-swap on its ring's word that fails if anything arrived);
+//!   a producer whose push finds its ring armed claims the wake-up with a
+//!   CAS on `doze` that also records when it happened, then wakes the
+//!   worker. So nothing waits in a ring while the worker dozes. A worker
+//!   woken that way stays awake until the current tick ends and transfers
+//!   what arrived meanwhile then: a burst of new timeouts is moved into
+//!   buckets tick by tick as it arrives, with one wake-up at most per tick.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Duration;
 
-use super::timeout::SharedTimeout;
-use super::wheel::Wheel;
+use super::inbox::{Producer, slot_of};
+use super::slot::{Frees, SlotRef};
+use super::sync::Ordering;
+use super::wheel::{Placed, Wheel};
 use super::{
     DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Job, Shared, TRANSFER_CAP, Timeout, nanos, run_task,
 };
 
-/// A timeout on its way to, or in, the wheel (its task travels inside).
-pub(crate) type Pending = SharedTimeout;
+/// A timeout on its way to, or in, the wheel.
+pub(crate) type Pending = SlotRef;
 
 /// Deadline meaning "never" (a delay that overflowed).
 const NEVER: u64 = u64::MAX;
@@ -44,10 +54,19 @@ const NEVER: u64 = u64::MAX;
 /// burst, is released.
 const FIRED_KEEP: usize = 4096;
 
-/// Capacity of the spare vector kept for swapping into inboxes; a larger
-/// one, left by a burst, is released so that a burst's memory does not
-/// stay with the timer.
-const SPARE_KEEP: usize = 1 << 16;
+impl Placed for SlotRef {
+    fn pos(&self) -> u32 {
+        SlotRef::pos(self)
+    }
+
+    fn set_pos(&self, pos: u32) {
+        SlotRef::set_pos(self, pos)
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
+}
 
 struct Worker {
     shared: Arc<Shared>,
@@ -63,12 +82,15 @@ struct Worker {
     /// Fired timeouts, released once the whole bucket has fired: freeing
     /// memory is kept off the path between one task and the next.
     fired: Vec<Pending>,
-    /// New timeouts taken from an inbox and not yet placed, in reverse
-    /// order (the next one is at the end). Left over when the transfer cap
-    /// stopped a transfer.
-    batch: Vec<Pending>,
-    /// An empty vector (with capacity) to swap into an inbox.
-    spare: Vec<Pending>,
+    /// New timeouts claimed and not yet placed, in order.
+    batch: VecDeque<Pending>,
+    /// Cancellations claimed and not yet counted out.
+    cancels: Vec<Pending>,
+    /// Timeouts taken back unseen (see `inbox.rs`), not yet counted out.
+    unseen: u64,
+    /// The producers, as of registry generation `generation`.
+    producers: Vec<Arc<Producer>>,
+    generation: u64,
     /// Timeouts this worker counted out; published in
     /// `Shared::removed_by_worker`.
     removed: u64,
@@ -89,8 +111,11 @@ pub(crate) fn run(shared: Arc<Shared>) -> Vec<Timeout> {
         tick_ns: shared.tick_ns,
         transferred: 0,
         fired: Vec::new(),
-        batch: Vec::new(),
-        spare: Vec::new(),
+        batch: VecDeque::new(),
+        cancels: Vec::new(),
+        unseen: 0,
+        producers: Vec::new(),
+        generation: u64::MAX,
         removed: 0,
         shared,
     };
@@ -119,6 +144,7 @@ impl Worker {
             .filter(|&e| e != u64::MAX)
     }
 
+    #[inline(never)]
     fn run_loop(&mut self) {
         let shared = Arc::clone(&self.shared);
         // The tick during which new input woke us from a doze: until it
@@ -136,19 +162,23 @@ impl Worker {
                 // Catching up after a jump of the clock: ticks that ended
                 // with nothing due need no processing. Cancellations queued
                 // meanwhile (by tasks) are for the very next tick. (The
-                // inboxes are looked at only when there is a tick to skip.)
+                // rings are looked at only when there is a tick to skip.)
                 let behind = self.end_of(self.tick).is_some_and(|end| now >= end);
-                if behind && !shared.inboxes.iter().any(|inbox| inbox.has_input().1) {
-                    self.skip_idle_ticks(now);
+                if behind {
+                    self.collect();
+                    if self.cancels.is_empty() && self.unseen == 0 {
+                        self.skip_idle_ticks(now);
+                    }
                 }
                 continue;
             }
             // The current tick is still running: sleep, as long as we can.
+            self.refresh_producers();
             let has_input = !self.batch.is_empty()
-                || shared.inboxes.iter().any(|inbox| {
-                    let (pending, cancelled) = inbox.has_input();
-                    pending || cancelled
-                });
+                || !self.cancels.is_empty()
+                || self.unseen > 0
+                // SAFETY: this is the worker thread.
+                || self.producers.iter().any(|p| unsafe { p.has_input() });
             let next_due = self.wheel.next_due(self.tick).map(|t| t.max(self.tick));
             let wake_tick = if has_input || awake_through == Some(self.tick) {
                 Some(self.tick)
@@ -158,13 +188,16 @@ impl Worker {
             // Something falls due when `wake_tick` ends: wake up on time.
             let precise = wake_tick.is_some() && next_due == wake_tick;
             let dozing = wake_tick != Some(self.tick);
-            // Before dozing, mark every inbox (each under its lock, each
-            // found empty): a producer pushing later sees the mark and wakes
-            // us. One that pushed earlier makes us stay up instead.
+            // Before dozing, arm every producer (each found with nothing
+            // unclaimed): a producer pushing later sees the mark and wakes
+            // us. One that pushed earlier makes us stay up instead, and so
+            // does a producer registered since our list was made.
             let mut raced = false;
             if dozing {
                 shared.doze.store(DOZE_DOZING, Ordering::SeqCst);
-                raced = !shared.inboxes.iter().all(|inbox| inbox.arm());
+                raced = shared.generation.load(Ordering::SeqCst) != self.generation
+                    // SAFETY: this is the worker thread.
+                    || !self.producers.iter().all(|p| unsafe { p.arm() });
             }
             if !raced && !shared.is_shutdown() {
                 let deadline = wake_tick.and_then(|t| self.end_of(t));
@@ -174,16 +207,16 @@ impl Worker {
             }
             let doze = shared.doze.swap(DOZE_AWAKE, Ordering::SeqCst);
             if dozing {
-                for inbox in shared.inboxes.iter() {
-                    inbox.disarm();
+                for p in &self.producers {
+                    p.disarm();
                 }
                 // A producer or canceller that woke us did so at `woken_at`:
                 // what it pushed belongs to that tick, even if the clock
                 // moved on before we ran.
                 let woken_at = doze.checked_sub(DOZE_WOKEN_BASE).unwrap_or(u64::MAX);
                 // Only a worker that really slept may skip the ticks that
-                // passed meanwhile. One that found an inbox filled while it
-                // was marking them has not looked at what arrived: maybe a
+                // passed meanwhile. One that found a ring filled while it
+                // was arming them has not looked at what arrived: maybe a
                 // cancellation, which counts out at the end of the tick it
                 // was made in, not of a later one.
                 if !raced {
@@ -194,6 +227,61 @@ impl Worker {
                     awake_through = Some(self.tick);
                 }
             }
+        }
+    }
+
+    /// Takes a fresh copy of the producer list if it changed.
+    fn refresh_producers(&mut self) {
+        let generation = self.shared.generation.load(Ordering::SeqCst);
+        if generation != self.generation {
+            let reg = self.shared.producers.lock();
+            self.producers.clone_from(&reg.list);
+            self.generation = self.shared.generation.load(Ordering::SeqCst);
+        }
+    }
+
+    /// Claims what every producer published: new timeouts join the batch,
+    /// cancellations the list of those to count out at the next processed
+    /// tick. Retires producers whose thread left them, once empty.
+    fn collect(&mut self) {
+        self.refresh_producers();
+        let mut retire = false;
+        let (batch, cancels) = (&mut self.batch, &mut self.cancels);
+        for p in &self.producers {
+            // Read before claiming: an orphan pushes no more, so this claim
+            // gets everything.
+            let orphaned = p.is_orphaned();
+            // SAFETY: this is the worker thread.
+            let unseen = unsafe {
+                p.claim(|entry| {
+                    let (slot, cancel) = slot_of(entry);
+                    if cancel {
+                        cancels.push(slot);
+                    } else {
+                        batch.push_back(slot);
+                    }
+                })
+            };
+            self.unseen += u64::from(unseen);
+            retire |= orphaned;
+        }
+        if retire {
+            let mut reg = self.shared.producers.lock();
+            let mut retired_added = 0;
+            reg.list.retain(|p| {
+                let gone = p.is_orphaned() && {
+                    // SAFETY: this is the worker thread.
+                    !unsafe { p.has_input() }
+                };
+                if gone {
+                    retired_added += p.added();
+                }
+                !gone
+            });
+            reg.retired_added += retired_added;
+            self.shared.generation.fetch_add(1, Ordering::SeqCst);
+            drop(reg);
+            self.refresh_producers();
         }
     }
 
@@ -208,7 +296,7 @@ impl Worker {
             return;
         }
         // `upto` was read from the clock before this transfer started. If
-        // the transfer saw the queue empty, whatever is queued now was pushed
+        // the transfer saw the rings empty, whatever is queued now was pushed
         // after that reading, so its deadline is at or after `upto` and no
         // skipped tick can be its due tick. Only a transfer stopped by the
         // cap leaves timeouts that may be due earlier.
@@ -231,89 +319,67 @@ impl Worker {
         count_out(&self.shared, &mut self.removed, n);
     }
 
-    /// Unlinks cancelled timeouts and counts them out.
+    /// Counts out the cancellations claimed so far and unlinks their
+    /// timeouts.
     fn process_cancelled(&mut self) {
-        let shared = Arc::clone(&self.shared);
-        let mut spare = std::mem::take(&mut self.spare);
-        let mut counted = 0;
-        for inbox in shared.inboxes.iter() {
-            counted += inbox.take_cancelled(&mut spare) + spare.len() as u64;
-            for inner in spare.drain(..) {
-                if let Some(key) = inner.key() {
-                    // A stale key (the entry already left the wheel, the
-                    // index may hold another timeout) finds no entry that
-                    // is this one: `inner` is alive, so no other timeout
-                    // has its address.
-                    let is_it = |entry: &Pending| Arc::ptr_eq(entry, &inner);
-                    drop(self.wheel.remove(key, is_it));
-                }
+        self.collect();
+        let counted = self.cancels.len() as u64 + std::mem::take(&mut self.unseen);
+        let (start, tick_ns, tick) = (self.start, self.tick_ns, self.tick);
+        let mut frees = Frees::new();
+        for slot in self.cancels.drain(..) {
+            // A timeout that already left the wheel (or has not entered it
+            // yet: it waits in the batch, which drops it) is not placed.
+            if let Some(placed) = self.wheel.remove(&slot, tick, |e| {
+                Self::due_tick(start, tick_ns, e.deadline())
+            }) {
+                placed.release_into(&mut frees);
             }
+            slot.release_into(&mut frees);
         }
-        self.spare = spare;
-        self.release_big_spare();
+        drop(frees);
         if counted > 0 {
             self.count_out(counted);
         }
     }
 
-    fn release_big_spare(&mut self) {
-        if self.spare.capacity() > SPARE_KEEP {
-            self.spare = Vec::new();
-        }
-    }
-
-    /// The next new timeout to place: from the batch in hand, else from
-    /// the next inbox with any.
-    fn next_pending(&mut self) -> Option<Pending> {
-        if let Some(entry) = self.batch.pop() {
-            return Some(entry);
-        }
-        let shared = Arc::clone(&self.shared);
-        for inbox in shared.inboxes.iter() {
-            if inbox.take_pending(&mut self.spare) {
-                // The emptied batch (with its capacity) becomes the spare.
-                std::mem::swap(&mut self.batch, &mut self.spare);
-                self.release_big_spare();
-                self.batch.reverse();
-                return self.batch.pop();
-            }
-        }
-        None
-    }
-
     /// Moves pending timeouts into buckets, at most `TRANSFER_CAP` for the
-    /// current tick. Returns `true` if it found the inboxes empty, `false`
-    /// if it stopped at the cap.
+    /// current tick. Returns `true` if it found the rings empty, `false`
+    /// if it stopped at the cap. (Out of line, as `expire`, so that profiles
+    /// show the two apart; each runs once per tick.)
+    #[inline(never)]
     fn transfer(&mut self) -> bool {
+        self.collect();
         while self.transferred < TRANSFER_CAP {
-            let Some(entry) = self.next_pending() else {
+            let Some(entry) = self.batch.pop_front() else {
                 return true;
             };
             self.transferred += 1;
             if entry.is_cancelled() {
                 // Its cancellation, queued too, counts it out.
+                entry.release();
                 continue;
             }
-            let due = Self::due_tick(self.start, self.tick_ns, entry.deadline);
-            match self.wheel.insert(entry, due, self.tick) {
-                Ok((key, placed)) => placed.set_key(key),
-                Err(entry) => {
-                    // 2^31 timeouts in one wheel: refuse this one loudly
-                    // rather than lose track of it.
-                    tracing::error!(
-                        target: "redwheel::timer",
-                        "the wheel is full; cancelling a timeout"
-                    );
-                    if entry.try_cancel() {
-                        self.count_out(1);
-                    }
+            let due = Self::due_tick(self.start, self.tick_ns, entry.deadline());
+            if let Err(entry) = self.wheel.insert(entry, due, self.tick) {
+                // 2^30 timeouts in one bucket: refuse this one loudly
+                // rather than lose track of it.
+                tracing::error!(
+                    target: "redwheel::timer",
+                    "the wheel is full; cancelling a timeout"
+                );
+                if entry.try_cancel(0) {
+                    // SAFETY: we made the move out of `INIT`.
+                    unsafe { entry.drop_task() };
+                    self.count_out(1);
                 }
+                entry.release();
             }
         }
-        false
+        self.batch.is_empty()
     }
 
     /// Fires the due entries of the current tick's bucket.
+    #[inline(never)]
     fn expire(&mut self, now: u64) {
         let (start, tick_ns, tick) = (self.start, self.tick_ns, self.tick);
         let shared = &self.shared;
@@ -322,36 +388,84 @@ impl Worker {
         let mut handed_over = false;
         self.wheel.expire(
             tick,
-            |e| Self::due_tick(start, tick_ns, e.deadline),
+            |e| Self::due_tick(start, tick_ns, e.deadline()),
             |entry| {
                 debug_assert!(
-                    entry.deadline <= now,
+                    entry.deadline() <= now,
                     "tick {tick} fires deadline {} at {now}",
-                    entry.deadline
+                    entry.deadline()
                 );
                 match fire(shared, removed, entry) {
                     Fired::Here(done) => fired.push(done),
                     Fired::HandedOver => handed_over = true,
-                    Fired::No => {}
+                    Fired::No(entry) => fired.push(entry),
                 }
             },
         );
         if handed_over && let Some(executor) = &shared.executor {
             executor.end_of_tick();
         }
-        self.fired.clear();
+        let mut frees = Frees::new();
+        for entry in self.fired.drain(..) {
+            entry.release_into(&mut frees);
+        }
+        drop(frees);
         if self.fired.capacity() > FIRED_KEEP {
             self.fired = Vec::new();
         }
     }
 
-    /// Takes every timeout that never ran out of the wheel and the pending
-    /// queue, and counts out the cancellations still queued.
+    /// Takes every timeout that never ran out of the wheel and the rings,
+    /// closes the rings, and counts out the cancellations still queued.
     fn collect_leftovers(&mut self) -> Vec<Pending> {
-        let mut leftovers: Vec<Pending> = self.wheel.drain().collect();
-        leftovers.extend(self.batch.drain(..).rev());
-        leftovers.extend(self.shared.close_inboxes());
-        leftovers.retain(|e| !e.is_cancelled());
+        let mut leftovers: Vec<Pending> = self.wheel.drain();
+        leftovers.extend(self.batch.drain(..));
+        let list = {
+            let mut reg = self.shared.producers.lock();
+            reg.closed = true;
+            reg.list.clone()
+        };
+        let mut cancelled = std::mem::take(&mut self.unseen) + self.cancels.len() as u64;
+        for slot in self.cancels.drain(..) {
+            slot.release();
+        }
+        let mut retired_added = 0;
+        for p in &list {
+            // SAFETY: this is the worker thread, leaving.
+            let unseen = unsafe {
+                p.close(|entry| {
+                    let (slot, cancel) = slot_of(entry);
+                    if cancel {
+                        cancelled += 1;
+                        slot.release();
+                    } else {
+                        leftovers.push(slot);
+                    }
+                })
+            };
+            cancelled += u64::from(unseen);
+            retired_added += p.added();
+        }
+        {
+            let mut reg = self.shared.producers.lock();
+            reg.retired_added += retired_added;
+            reg.list.clear();
+        }
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        self.producers.clear();
+        // These cancellations were made before the close; their cancellers
+        // left the counting to us.
+        if cancelled > 0 {
+            self.count_out(cancelled);
+        }
+        leftovers.retain(|e| {
+            if e.is_cancelled() {
+                e.release();
+                false
+            } else {
+                true
+            }
+        });
         leftovers
     }
 }
@@ -368,37 +482,39 @@ fn count_out(shared: &Shared, removed: &mut u64, n: u64) {
 enum Fired {
     /// Its task ran on this thread; the entry is returned for release.
     Here(Pending),
-    /// Its task was handed to the executor (which may have rejected it).
+    /// Its task was handed to the executor (which may have rejected it),
+    /// with the entry's reference.
     HandedOver,
-    /// Its cancellation won the race; nothing ran.
-    No,
+    /// Its cancellation won the race; nothing ran. The entry is returned
+    /// for release (its queued cancellation counts it out).
+    No(Pending),
 }
 
 /// Claims a due entry and runs (or hands over) its task. An entry whose
 /// cancellation won the race is dropped: its queued cancellation counts it
 /// out. `removed` is the worker's count of timeouts counted out.
-fn fire(shared: &Shared, removed: &mut u64, inner: Pending) -> Fired {
-    if !inner.try_expire() {
-        return Fired::No;
+fn fire(shared: &Shared, removed: &mut u64, slot: Pending) -> Fired {
+    if !slot.try_expire() {
+        return Fired::No(slot);
     }
     // Counted out before the task runs (Netty's order).
     count_out(shared, removed, 1);
-    let timeout = Timeout { inner, inbox: None };
     match &shared.executor {
         None => {
-            run_task(&timeout);
-            return Fired::Here(timeout.inner);
+            let handle = slot.borrowed_handle();
+            run_task(&handle);
+            Fired::Here(slot)
         }
         Some(executor) => {
-            if let Err(job) = executor.execute(Job { timeout }) {
+            if let Err(job) = executor.execute(Job::new(Timeout { slot })) {
                 tracing::warn!(
                     target: "redwheel::timer",
                     deadline = ?job.timeout().deadline(),
                     "the executor rejected an expired timer task; it will not run"
                 );
-                job.timeout.inner.discard_task();
+                drop(job);
             }
+            Fired::HandedOver
         }
     }
-    Fired::HandedOver
 }
