@@ -4,14 +4,16 @@
 -- KEYS[2]  redwheel:{N}:ready     LIST  ids that are due, in due order
 -- ARGV[1]  batch: the most ids to move (1..4000; Lua's unpack limit is 8,000)
 --
--- Reply: one string, "<moved> <next_due> <now_us>" (integers in decimal, one space apart;
---        a single bulk reply is much cheaper for the client to parse than an array when
---        thousands of queues are swept in one round trip):
---   moved     number of ids moved by this call
---   next_due  due time (epoch ms) of the earliest id left in `delayed`, or -1 if none
---   now_us    the server's TIME in epoch µs, the instant `due <= now` was judged (with
---             `now` = floor(now_us / 1000) ms), so the client can schedule the next run
---             at next_due * 1000 - now_us µs after the reply arrives, never early
+-- Reply: one integer (an integer reply is the cheapest the client can read, which matters
+--        when thousands of queues are swept in one round trip), packing two numbers:
+--          moved + 8192 * wait_us   when ids are left in `delayed`
+--          -(moved + 1)             when `delayed` is empty
+--   moved     number of ids moved by this call (at most 4,000 < 8192)
+--   wait_us   µs from the server's TIME read by this call (the instant `due <= now` was
+--             judged) until the earliest id left falls due: at least 1, at most 3.6e9 (an
+--             hour; a farther head is looked at again then). The client waits that long
+--             from the reply's arrival, which comes after that instant, so it never runs
+--             early and needs no clock offset. The product stays below 2^53, exact in Lua.
 --
 -- Invariant: an id is moved only when due <= server now, in due order (ties by id),
 -- and exactly once: it leaves `delayed` in the same atomic step that appends it to
@@ -25,8 +27,9 @@ if #ids > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local next_due = -1
-if head[2] then
-  next_due = tonumber(head[2])
+if not head[2] then
+  return -(#ids + 1)
 end
-return string.format('%d %d %d', #ids, next_due, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local wait_us = math.min(3600000000, math.max(1, tonumber(head[2]) * 1000 - now_us))
+return #ids + 8192 * wait_us

@@ -60,7 +60,7 @@ pub use self::codec::Json;
 pub use self::codec::{Codec, CodecError};
 pub use self::state::{MAX_ID_LEN, MAX_NAME_LEN};
 
-use self::state::{QueueState, TransferJob, new_message_id};
+use self::state::{QueueState, new_message_id};
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::{Backoff, Conn, Deadline, Redwheel, Runtime, Subscription, shut_down};
 use crate::scripts::{self, BATCH_OFFER_MAX, MAX_DUE_MS, TRANSFER_BATCH_MAX};
@@ -318,7 +318,9 @@ impl Redwheel {
             return Err(shut_down());
         }
         let (state, created) = rt
-            .state(&format!("queue {name}"), || QueueState::new(name))
+            .state(&format!("queue {name}"), || {
+                QueueState::new(name, options.transfer_batch)
+            })
             .ok_or_else(|| {
                 Error::new(
                     ErrorKind::InvalidName,
@@ -379,7 +381,7 @@ fn open_transfer(rt: &Arc<Runtime>, state: &Arc<QueueState>, options: &QueueOpti
     };
     rt.driver.register(
         &state.job_key,
-        Arc::new(TransferJob::new(Arc::clone(state), options.transfer_batch)),
+        Arc::clone(&state.transfer) as Arc<dyn crate::runtime::Job>,
         Deadline::Now,
         Some(options.guard_interval),
     );
@@ -978,8 +980,8 @@ impl<T: Codec> Queue<T> {
             Instant::now() + at.saturating_sub(now)
         });
         TransferStats {
-            runs: self.state.runs.load(Ordering::Relaxed),
-            moved: self.state.moved.load(Ordering::Relaxed),
+            runs: self.state.transfer.runs.load(Ordering::Relaxed),
+            moved: self.state.transfer.moved.load(Ordering::Relaxed),
             next_wakeup,
         }
     }

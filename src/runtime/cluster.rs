@@ -151,7 +151,11 @@ impl Cluster {
 
     /// The master serving `route`'s slot.
     pub(crate) fn node_for(&self, route: &[u8]) -> Result<Arc<Node>, Error> {
-        let s = slot(route);
+        self.node_for_slot(slot(route))
+    }
+
+    /// The master serving slot `s`.
+    pub(crate) fn node_for_slot(&self, s: u16) -> Result<Arc<Node>, Error> {
         if let Some(node) = self.owner(s) {
             return Ok(node);
         }
@@ -563,7 +567,7 @@ impl Transport for ClusterTransport {
             for (i, ask) in pending.drain(..) {
                 let node = match &ask {
                     Some(addr) => self.cluster.node(addr),
-                    None => self.cluster.node_for(commands.routes()[i].as_bytes()),
+                    None => self.cluster.node_for_slot(commands.slot(i)),
                 };
                 let node = match node {
                     Ok(node) => node,
@@ -591,6 +595,7 @@ impl Transport for ClusterTransport {
                     packed.extend_from_slice(commands.command(i));
                     count += 1;
                 }
+                self.round_trips += 1;
                 let result = self.con(&node).and_then(|con| {
                     con.req_packed_commands(&packed, 0, count)
                         .map_err(|e| Error::from_redis(e, Access::Write))

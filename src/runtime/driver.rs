@@ -78,18 +78,11 @@ pub(crate) trait Job: Send + Sync + 'static {
 /// When a job wants to run again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Next {
-    /// At `due_ms` on the server's clock (epoch ms). When the reply carries
-    /// the server's clock at the time it was judged (`server_now_us`, epoch
-    /// µs), the wait is measured from the reply's arrival, with no offset
-    /// estimate involved, and never ends early.
-    At {
-        /// Server epoch ms.
-        due_ms: i64,
-        /// The server's `TIME` in that round, epoch µs.
-        server_now_us: Option<i64>,
-    },
-    /// After this long, on the local clock.
-    #[cfg_attr(not(test), allow(dead_code))] // lock renewal
+    /// After this long, counted on the local clock from the reply's arrival
+    /// (at most [`MAX_AHEAD`]; a longer wait runs early, once, to look
+    /// again). A job whose script computes the wait from the server's own
+    /// `TIME` ("due − now") is never run early by clock offsets, since the
+    /// reply arrives after the script read the clock.
     After(Duration),
     /// At once: more work is waiting (a full batch). Runs in the next round.
     Again,
@@ -109,22 +102,24 @@ pub(crate) enum Deadline {
     After(Duration),
 }
 
-/// The commands of one round, packed back to back, each with the key that
-/// routes it (a cluster sends it to the node owning that key's slot).
+/// The commands of one round, packed back to back, each with the cluster
+/// slot of its keys.
 #[derive(Default)]
 pub(crate) struct Commands {
     buf: Vec<u8>,
     /// Where each command ends in `buf`.
     ends: Vec<usize>,
-    routes: Vec<Arc<str>>,
+    /// The cluster slot of each command's keys.
+    slots: Vec<u16>,
 }
 
 impl Commands {
-    /// Appends one packed command routed by `route`.
-    pub(crate) fn push(&mut self, route: &Arc<str>, packed: &[u8]) {
+    /// Appends one packed command whose keys are in cluster slot `slot`
+    /// (a cluster sends it to the master serving that slot).
+    pub(crate) fn push(&mut self, slot: u16, packed: &[u8]) {
         self.buf.extend_from_slice(packed);
         self.ends.push(self.buf.len());
-        self.routes.push(Arc::clone(route));
+        self.slots.push(slot);
     }
 
     /// The packed bytes of command `i`.
@@ -140,18 +135,18 @@ impl Commands {
 
     /// The number of commands.
     pub(crate) fn len(&self) -> usize {
-        self.routes.len()
+        self.slots.len()
     }
 
-    /// The routing key of each command, in order.
-    pub(crate) fn routes(&self) -> &[Arc<str>] {
-        &self.routes
+    /// The cluster slot of command `i`.
+    pub(crate) fn slot(&self, i: usize) -> u16 {
+        self.slots[i]
     }
 
     fn clear(&mut self) {
         self.buf.clear();
         self.ends.clear();
-        self.routes.clear();
+        self.slots.clear();
     }
 }
 
@@ -1082,29 +1077,9 @@ impl<T: Transport> Runner<T> {
                             self.shared.arm_earlier(
                                 &mut st,
                                 slot.index,
-                                now.saturating_add(d),
+                                now.saturating_add(d.min(MAX_AHEAD)),
                                 now,
                             );
-                        }
-                        Next::At {
-                            due_ms,
-                            server_now_us,
-                        } => {
-                            let at = match server_now_us {
-                                Some(server_now) => {
-                                    let ahead = due_ms
-                                        .saturating_mul(1_000)
-                                        .saturating_sub(server_now)
-                                        .max(1);
-                                    Some(now.saturating_add(
-                                        Duration::from_micros(ahead as u64).min(MAX_AHEAD),
-                                    ))
-                                }
-                                None => self.shared.server_clock.to_local(due_ms, now),
-                            };
-                            if let Some(at) = at {
-                                self.shared.arm_earlier(&mut st, slot.index, at, now);
-                            }
                         }
                     }
                 }

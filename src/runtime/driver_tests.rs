@@ -78,7 +78,10 @@ impl Transport for FakeTransport {
             self.connected = true;
             self.wire.connects.fetch_add(1, Ordering::SeqCst);
         }
-        let routes: Vec<String> = commands.routes().iter().map(|r| r.to_string()).collect();
+        // A fake job's command is its key.
+        let routes: Vec<String> = (0..commands.len())
+            .map(|i| String::from_utf8_lossy(commands.command(i)).into_owned())
+            .collect();
         self.wire
             .rounds
             .lock()
@@ -134,7 +137,7 @@ impl Job for FakeJob {
     }
 
     fn commands(&self, out: &mut Commands) {
-        out.push(&self.key, b"*1\r\n$4\r\nFAKE\r\n");
+        out.push(0, self.key.as_bytes());
     }
 
     fn scripts(&self) -> &[&'static Script] {
@@ -265,13 +268,10 @@ fn a_job_runs_at_its_deadline_and_never_before() {
 #[test]
 fn a_job_first_due_now_runs_in_the_next_round_and_its_reply_schedules_it() {
     let rig = Rig::new();
-    let at = Next::At {
-        due_ms: 40,
-        server_now_us: Some(0),
-    };
+    let at = Next::After(ms(40));
     rig.register(scripted("a", Next::Idle, vec![Ok(at)]), Deadline::Now, None);
     assert_eq!(rig.wire.runs_of("a"), vec![Duration::ZERO]);
-    // Measured from the reply, with the server's own "now": 40 ms ahead.
+    // Measured from the reply's arrival: 40 ms ahead.
     assert_eq!(rig.driver.scheduled_at("a"), Some(ms(40)));
     rig.advance(ms(41));
     assert_eq!(rig.wire.runs_of("a").len(), 2);
@@ -340,10 +340,7 @@ fn an_unregistered_key_runs_no_more_and_its_sweep_stops() {
 fn a_failing_job_backs_off_and_recovers() {
     let rig = Rig::new();
     let fail = || Err(Error::new(ErrorKind::Server, "fake failure"));
-    let recovered = Next::At {
-        due_ms: 5_000,
-        server_now_us: None,
-    };
+    let recovered = Next::After(ms(4_000));
     rig.register(
         scripted("a", Next::Idle, vec![fail(), fail(), fail(), Ok(recovered)]),
         Deadline::Now,
@@ -359,7 +356,7 @@ fn a_failing_job_backs_off_and_recovers() {
     rig.advance(ms(301));
     // The fourth run succeeds and schedules the job where its reply says.
     assert_eq!(rig.wire.runs_of("a").len(), 4);
-    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(5_000)));
+    assert_eq!(rig.driver.scheduled_at("a"), Some(ms(603) + ms(4_000)));
     assert_eq!(rig.driver.stats().job_failures, 3);
     // The failure count is reset: a later failure starts at 100 ms again.
     let rig2 = Rig::new();

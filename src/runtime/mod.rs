@@ -42,6 +42,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 pub(crate) use self::backoff::Backoff;
+pub(crate) use self::cluster::slot;
 use self::cluster::{Cluster, ClusterTransport, Node};
 pub use self::driver::DriverStats;
 use self::driver::Transport;
