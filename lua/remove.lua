@@ -1,21 +1,31 @@
--- remove.lua: cancel one message by id, wherever it is (delayed, ready, or a dead letter).
+-- remove.lua: cancel one message by id, wherever it is: delayed, ready, claimed (in
+-- flight), or a dead letter.
 --
 -- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
--- KEYS[3]  redwheel:{N}:dead      ZSET  id -> when it was parked
+-- KEYS[3]  redwheel:{N}:dead      ZSET  id -> when it died
+-- KEYS[4]  redwheel:{N}:inflight  ZSET  id -> visibility deadline
+-- KEYS[5]  redwheel:{N}:lease     HASH  id -> token of its current claim
+-- KEYS[6]  redwheel:{N}:attempts  HASH  id -> deliveries so far
+-- KEYS[7]  redwheel:{N}:reason    HASH  id -> why it died
 -- ARGV[1]  the message id
 --
--- Reply: 1 if the message was known (it will never be delivered, and a dead letter is
---        gone), 0 if it was unknown, already taken by a consumer, or already removed.
+-- Reply: 1 if the message was known (it will never be delivered again, and every trace of
+--        it is gone), 0 if it was unknown, already taken or acked, or already removed.
 --
 -- Invariant: a message is deliverable iff it has a `msg` entry, and `dead` holds only ids
 -- with a `msg` entry, so len.lua's HLEN(msg) - ZCARD(dead) stays exact. An id already moved
 -- to `ready` is not searched for in the list (no list scan): its `msg` entry is deleted, and
--- take.lua drops ids without one. O(log n).
+-- take.lua and claim.lua drop ids without one. A claim of it in flight loses its lease, so
+-- its ack finds the message gone. O(log n).
 local z = redis.call('ZREM', KEYS[1], ARGV[1])
 local h = redis.call('HDEL', KEYS[2], ARGV[1])
 local d = redis.call('ZREM', KEYS[3], ARGV[1])
-if z == 1 or h == 1 or d == 1 then
+local f = redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[1])
+redis.call('HDEL', KEYS[7], ARGV[1])
+if z == 1 or h == 1 or d == 1 or f == 1 then
   return 1
 end
 return 0

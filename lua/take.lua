@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  redwheel:{N}:ready     LIST  ids that are due, in due order
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
+-- KEYS[3]  redwheel:{N}:attempts  HASH  id -> deliveries so far (dropped with the message)
 -- ARGV     none
 --
 -- Reply: { id, "<due ms>:<payload>" } for the message taken, or nil when `ready` is
@@ -19,6 +20,7 @@ for _ = 1, 100 do
   local v = redis.call('HGET', KEYS[2], id)
   if v then
     redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
     return { id, v }
   end
 end

@@ -1,35 +1,80 @@
--- transfer.lua: move up to a batch of due message ids from `delayed` to `ready`.
+-- transfer.lua: the due work of queue N. Moves up to a batch of due ids from `delayed` to
+-- `ready`, and handles up to a batch of claims whose visibility expired: back to `ready`
+-- (redelivered, its attempt count rises at the next claim), or, once it has been delivered
+-- `max_deliveries` times, to the dead letters.
 --
 -- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due (ms, Redis server clock)
 -- KEYS[2]  redwheel:{N}:ready     LIST  ids that are due, in due order
--- ARGV[1]  batch: the most ids to move (1..4000; Lua's unpack limit is 8,000)
+-- KEYS[3]  redwheel:{N}:inflight  ZSET  id -> visibility deadline (ms) of its claim
+-- KEYS[4]  redwheel:{N}:lease     HASH  id -> token of its current claim
+-- KEYS[5]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
+-- KEYS[6]  redwheel:{N}:attempts  HASH  id -> deliveries so far
+-- KEYS[7]  redwheel:{N}:dead      ZSET  id -> when it died (ms)
+-- KEYS[8]  redwheel:{N}:reason    HASH  id -> why it died
+-- ARGV[1]  batch: the most ids to move, and to expire (1..4000; Lua's unpack limit is 8,000)
+-- ARGV[2]  max_deliveries (>= 1)
 --
 -- Reply: one integer (an integer reply is the cheapest the client can read, which matters
 --        when thousands of queues are swept in one round trip), packing two numbers:
---          moved + 8192 * wait_us   when ids are left in `delayed`
---          -(moved + 1)             when `delayed` is empty
---   moved     number of ids moved by this call (at most 4,000 < 8192)
---   wait_us   µs from the server's TIME read by this call (the instant `due <= now` was
---             judged) until the earliest id left falls due: at least 1, at most 3.6e9 (an
---             hour; a farther head is looked at again then). The client waits that long
---             from the reply's arrival, which comes after that instant, so it never runs
---             early and needs no clock offset. The product stays below 2^53, exact in Lua.
+--          moved + 8192 * wait_us   when a due or a visibility deadline is still ahead
+--          -(moved + 1)             when nothing is ahead (both sets empty)
+--   moved     ids moved to `ready` plus claims expired, at most 2 * batch (< 8192); when it
+--             reaches the batch the client runs the script again at once
+--   wait_us   µs from the server's TIME read by this call (the instant "due <= now" was
+--             judged) until the earliest due or visibility deadline left: at least 1, at
+--             most 3.6e9 (an hour; a farther one is looked at again then). The client waits
+--             that long from the reply's arrival, which comes after that instant, so it never
+--             runs early and needs no clock offset. The product stays below 2^53.
 --
--- Invariant: an id is moved only when due <= server now, in due order (ties by id),
--- and exactly once: it leaves `delayed` in the same atomic step that appends it to
--- `ready`, so any number of transfer tasks may run this at once without duplicates.
--- Cost: O(log n + batch); nothing is scanned.
+-- Invariant: an id is moved only when due <= server now, in due order (ties by id), and
+-- exactly once: it leaves `delayed` in the same atomic step that appends it to `ready`, so
+-- any number of processes may run this at once without duplicates. A claim expires only
+-- when its deadline <= now; its lease goes with it, so a late ack or nack of that claim is
+-- refused. An expired claim whose message is gone (acked or removed meanwhile) leaves no
+-- trace. Cost: O(log n + batch); nothing is scanned.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local batch = tonumber(ARGV[1])
+local max = tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
 if #ids > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ids))
   redis.call('ZREM', KEYS[1], unpack(ids))
 end
+local moved = #ids
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  if redis.call('HEXISTS', KEYS[5], id) == 1 then
+    local n = tonumber(redis.call('HGET', KEYS[6], id) or '0')
+    if n >= max then
+      redis.call('ZADD', KEYS[7], now, id)
+      redis.call('HSET', KEYS[8], id, 'delivered ' .. n .. ' times without an ack')
+    else
+      redis.call('RPUSH', KEYS[2], id)
+    end
+  else
+    redis.call('HDEL', KEYS[6], id)
+  end
+end
+moved = moved + #expired
+if #ids >= batch or #expired >= batch then
+  -- More may be due: the client runs again at once, whatever the wait says.
+  return moved + 8192
+end
+local next_at
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if not head[2] then
-  return -(#ids + 1)
+if head[2] then
+  next_at = tonumber(head[2])
+end
+local lhead = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if lhead[2] and (not next_at or tonumber(lhead[2]) < next_at) then
+  next_at = tonumber(lhead[2])
+end
+if not next_at then
+  return -(moved + 1)
 end
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local wait_us = math.min(3600000000, math.max(1, tonumber(head[2]) * 1000 - now_us))
-return #ids + 8192 * wait_us
+local wait_us = math.min(3600000000, math.max(1, next_at * 1000 - now_us))
+return moved + 8192 * wait_us

@@ -105,6 +105,10 @@ pub enum ErrorKind {
     /// failover now could lose it. Transient; retry with an id of your own
     /// ([`Queue::offer_with_id`](crate::Queue::offer_with_id)).
     NotReplicated,
+    /// An ack, nack or extend of a claimed message whose visibility ended
+    /// first: the message was (or will be) delivered again, and the call
+    /// did not touch that new delivery.
+    StaleDelivery,
     /// Redis refused the credentials (wrong user or password, or none
     /// given to a server that requires them). Not transient.
     Authentication,
@@ -145,6 +149,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => "redis unavailable",
             ErrorKind::OutcomeUnknown => "outcome unknown",
             ErrorKind::NotReplicated => "not replicated",
+            ErrorKind::StaleDelivery => "stale delivery",
             ErrorKind::Authentication => "authentication failed",
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::Tls => "tls failure",

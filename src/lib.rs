@@ -107,7 +107,10 @@ mod scripts;
 pub mod timer;
 
 pub use error::{Error, ErrorKind, TimerError};
-pub use queue::{Codec, Message, MessageId, Queue, QueueOptions};
+pub use queue::{
+    Codec, Consumer, ConsumerOptions, DeadLetter, Delivery, Message, MessageId, Nacked, Queue,
+    QueueOptions, QueueStats,
+};
 pub use runtime::{DriverStats, Redwheel, RedwheelOptions};
 
 /// The README's code blocks, compiled and run as doc tests.

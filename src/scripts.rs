@@ -37,6 +37,34 @@ pub(crate) static TAKE: LazyLock<Script> =
 pub(crate) static PARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/park.lua")));
 
+/// `lua/claim.lua`: claims ready messages under a visibility deadline.
+pub(crate) static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/claim.lua")));
+
+/// `lua/ack.lua`: deletes a claimed message.
+pub(crate) static ACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/ack.lua")));
+
+/// `lua/nack.lua`: gives a claimed message back (or to the dead letters).
+pub(crate) static NACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/nack.lua")));
+
+/// `lua/extend.lua`: moves a claim's visibility deadline.
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/extend.lua")));
+
+/// `lua/dead.lua`: reads dead letters.
+pub(crate) static DEAD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/dead.lua")));
+
+/// `lua/requeue_dead.lua`: gives dead letters a fresh start.
+pub(crate) static REQUEUE_DEAD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/requeue_dead.lua")));
+
+/// `lua/stats.lua`: a queue's counts in one atomic read.
+pub(crate) static STATS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/stats.lua")));
+
 /// `lua/len.lua`: counts the waiting messages.
 pub(crate) static LEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/len.lua")));
@@ -47,6 +75,9 @@ pub(crate) const BATCH_OFFER_MAX: usize = 1_000;
 
 /// Largest transfer batch (`transfer.lua` unpacks the ids it moves).
 pub(crate) const TRANSFER_BATCH_MAX: usize = 4_000;
+
+/// Most messages one `claim.lua` call claims.
+pub(crate) const CLAIM_BATCH_MAX: usize = 1_000;
 
 /// Largest due time a script accepts: 2^53 ms, the last integer a Redis
 /// sorted-set score (a double) holds exactly.

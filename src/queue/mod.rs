@@ -46,6 +46,8 @@
 //! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown
 
 mod codec;
+mod consumer;
+mod reliable;
 pub(crate) mod state;
 
 use std::borrow::Cow;
@@ -58,6 +60,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use self::codec::Json;
 pub use self::codec::{Codec, CodecError};
+pub use self::consumer::{Consumer, ConsumerOptions};
+pub use self::reliable::{DeadLetter, Delivery, Nacked, QueueStats};
 pub use self::state::{MAX_ID_LEN, MAX_NAME_LEN};
 
 use self::state::{QueueState, new_message_id};
@@ -78,6 +82,8 @@ pub struct QueueOptions {
     pub(crate) guard_interval: Duration,
     pub(crate) max_payload_bytes: usize,
     pub(crate) wait_replicas: Option<(u32, Duration)>,
+    pub(crate) visibility: Duration,
+    pub(crate) max_deliveries: u32,
 }
 
 impl Default for QueueOptions {
@@ -87,6 +93,8 @@ impl Default for QueueOptions {
             guard_interval: Duration::from_secs(1),
             max_payload_bytes: 1 << 20,
             wait_replicas: None,
+            visibility: Duration::from_secs(30),
+            max_deliveries: 10,
         }
     }
 }
@@ -131,6 +139,23 @@ impl QueueOptions {
         self
     }
 
+    /// How long a claimed message stays hidden from other consumers
+    /// ([`Queue::claim`]): not acked within this, it is delivered again.
+    /// 1 ms ..= 1 day; default 30 s. Each handle uses its own.
+    pub fn visibility(mut self, d: Duration) -> Self {
+        self.visibility = d;
+        self
+    }
+
+    /// How many times a claimed message is delivered before it goes to the
+    /// dead letters instead (a visibility that expires and a `nack` both
+    /// count). 1 ..= 1,000,000; default 10. The first open of a queue in a
+    /// `Redwheel` sets it for that process's redeliveries.
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = n;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), Error> {
         let bad = |name: &str, reason: String| {
             Err(Error::new(
@@ -160,6 +185,18 @@ impl QueueOptions {
                 format!(
                     "{n} replicas within {timeout:?}: needs at least 1 replica and 1 ms ..= 60 s"
                 ),
+            );
+        }
+        if self.visibility < Duration::from_millis(1) || self.visibility > MAX_GUARD_INTERVAL {
+            return bad(
+                "visibility",
+                format!("{:?} is not within 1 ms ..= 1 day", self.visibility),
+            );
+        }
+        if self.max_deliveries == 0 || self.max_deliveries > 1_000_000 {
+            return bad(
+                "max_deliveries",
+                format!("{} is not in 1..=1000000", self.max_deliveries),
             );
         }
         if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_LIMIT {
@@ -263,6 +300,8 @@ pub struct Queue<T> {
     state: Arc<QueueState>,
     max_payload: usize,
     wait_replicas: Option<(u32, Duration)>,
+    visibility: Duration,
+    max_deliveries: u32,
     _payload: PhantomData<fn(T) -> T>,
 }
 
@@ -273,6 +312,8 @@ impl<T> Clone for Queue<T> {
             state: Arc::clone(&self.state),
             max_payload: self.max_payload,
             wait_replicas: self.wait_replicas,
+            visibility: self.visibility,
+            max_deliveries: self.max_deliveries,
             _payload: PhantomData,
         }
     }
@@ -319,7 +360,7 @@ impl Redwheel {
         }
         let (state, created) = rt
             .state(&format!("queue {name}"), || {
-                QueueState::new(name, options.transfer_batch)
+                QueueState::new(name, options.transfer_batch, options.max_deliveries)
             })
             .ok_or_else(|| {
                 Error::new(
@@ -348,6 +389,8 @@ impl Redwheel {
             state,
             max_payload: options.max_payload_bytes,
             wait_replicas: options.wait_replicas,
+            visibility: options.visibility,
+            max_deliveries: options.max_deliveries,
             _payload: PhantomData,
         })
     }
@@ -695,6 +738,10 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.delayed)
                     .key(&keys.msg)
                     .key(&keys.dead)
+                    .key(&keys.inflight)
+                    .key(&keys.lease)
+                    .key(&keys.attempts)
+                    .key(&keys.reason)
                     .arg(id.as_str())
                     .invoke(con)
             })
@@ -759,6 +806,10 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.msg)
                     .key(&keys.ready)
                     .key(&keys.dead)
+                    .key(&keys.inflight)
+                    .key(&keys.lease)
+                    .key(&keys.attempts)
+                    .key(&keys.reason)
                     .invoke(con)
             })
             .map_err(|e| self.tag(e))?;
@@ -766,7 +817,8 @@ impl<T: Codec> Queue<T> {
     }
 
     /// Waits for the next due message and takes it (at-most-once from
-    /// here: it is gone from Redis when this returns).
+    /// here: it is gone from Redis when this returns). For at-least-once
+    /// delivery, use [`claim`](Queue::claim) and ack.
     ///
     /// Blocks on the ready list (`BLMOVE`), so it wakes as soon as a message
     /// lands there. While Redis is unreachable it keeps waiting, retrying on
@@ -791,6 +843,41 @@ impl<T: Codec> Queue<T> {
     }
 
     fn take_until(&self, deadline: Option<Instant>) -> Result<Option<Message<T>>, Error> {
+        let keys = &self.state.keys;
+        let popped = self.wait_pop(
+            deadline,
+            &scripts::TAKE,
+            &[&keys.ready, &keys.msg, &keys.attempts],
+            &[],
+        )?;
+        let Some(value) = popped else {
+            return Ok(None);
+        };
+        let (id, stored): (String, Vec<u8>) = redis::from_redis_value(value).map_err(|e| {
+            self.tag(Error::new(ErrorKind::Protocol, "unexpected reply to take.lua").with_cause(e))
+        })?;
+        match parse_stored::<T>(&stored) {
+            Ok((due_ms, payload)) => Ok(Some(Message {
+                id: MessageId(id),
+                payload,
+                due_ms,
+            })),
+            Err(cause) => Err(self.dead_on_arrival(&id, &stored, cause)),
+        }
+    }
+
+    /// Runs `script` (which pops from the ready list and replies with
+    /// `Nil`, an empty array, or a one-element array when it found nothing)
+    /// until it finds something or `deadline` passes, waiting on the ready
+    /// list in between (blocking server-side, at most `max_block` a round).
+    /// Waits out Redis being unreachable and a moving cluster slot.
+    pub(crate) fn wait_pop(
+        &self,
+        deadline: Option<Instant>,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<Option<redis::Value>, Error> {
         let rt = self.rt();
         let max_block = rt.options.max_block;
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
@@ -809,10 +896,10 @@ impl<T: Codec> Queue<T> {
                 }
                 Err(e) => return Err(self.tag(e)),
             };
-            match self.take_round(&mut con.con, deadline, max_block) {
-                Ok(Some(raw)) => {
+            match self.pop_round(&mut con.con, deadline, max_block, script, keys, args) {
+                Ok(Some(value)) => {
                     rt.put_blocking(con);
-                    return self.decode(raw).map(Some);
+                    return Ok(Some(value));
                 }
                 Ok(None) => {
                     rt.put_blocking(con);
@@ -837,10 +924,11 @@ impl<T: Codec> Queue<T> {
                         return Err(e);
                     }
                     rt.topology_may_have_changed();
-                    // A connection lost while blocked: keep waiting. (Had the
+                    // A connection lost while blocked: keep waiting. (Had a
                     // take script run in that instant, its message went with
-                    // the reply: at-most-once.)
-                    tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "take: redis unavailable; retrying");
+                    // the reply: at-most-once; a claim comes back when its
+                    // visibility ends.)
+                    tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "redis unavailable while waiting; retrying");
                     if !wait_backoff(deadline, &mut backoff) {
                         return Err(e);
                     }
@@ -849,20 +937,37 @@ impl<T: Codec> Queue<T> {
         }
     }
 
-    /// One round: take a ready message if there is one; otherwise block
-    /// until the ready list is non-empty (or the round's timeout), then try
-    /// once more.
-    fn take_round(
+    /// One round: run the pop script; if it found nothing, block until the
+    /// ready list is non-empty (or the round's timeout), then run it once
+    /// more.
+    fn pop_round(
         &self,
         con: &mut Conn,
         deadline: Option<Instant>,
         max_block: Duration,
-    ) -> redis::RedisResult<Option<(String, Vec<u8>)>> {
-        let keys = &self.state.keys;
-        let taken: Option<(String, Vec<u8>)> =
-            scripts::TAKE.key(&keys.ready).key(&keys.msg).invoke(con)?;
-        if taken.is_some() {
-            return Ok(taken);
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> redis::RedisResult<Option<redis::Value>> {
+        let invoke = |con: &mut Conn| -> redis::RedisResult<redis::Value> {
+            let mut inv = script.prepare_invoke();
+            for k in keys {
+                inv.key(*k);
+            }
+            for a in args {
+                inv.arg(*a);
+            }
+            inv.invoke(con)
+        };
+        let found = |v: redis::Value| -> Option<redis::Value> {
+            match &v {
+                redis::Value::Nil => None,
+                redis::Value::Array(items) if items.len() <= 1 => None,
+                _ => Some(v),
+            }
+        };
+        if let Some(v) = found(invoke(con)?) {
+            return Ok(Some(v));
         }
         let block = match deadline {
             None => max_block,
@@ -876,75 +981,67 @@ impl<T: Codec> Queue<T> {
         };
         // A blocking peek (BLMOVE from the list to itself: it waits until the
         // list is non-empty without consuming anything), pipelined with the
-        // take script: Redis runs the script as soon as the peek returns,
-        // with no round trip back to us in between. If the peek timed out the
-        // script usually finds nothing; if it finds a message, that is just
-        // as good.
+        // script: Redis runs the script as soon as the peek returns, with no
+        // round trip back to us in between. If the peek timed out the script
+        // usually finds nothing; if it finds a message, that is just as good.
+        let ready = &self.state.keys.ready;
         let mut p = redis::pipe();
         p.cmd("BLMOVE")
-            .arg(&keys.ready)
-            .arg(&keys.ready)
+            .arg(ready)
+            .arg(ready)
             .arg("LEFT")
             .arg("LEFT")
             .arg(format!("{:.3}", block.as_secs_f64()))
             .ignore();
-        p.cmd("EVALSHA")
-            .arg(scripts::TAKE.get_hash())
-            .arg(2)
-            .arg(&keys.ready)
-            .arg(&keys.msg);
-        let reply = match p.query::<(Option<(String, Vec<u8>)>,)>(con) {
+        let evalsha = p
+            .cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys);
+        for a in args {
+            evalsha.arg(*a);
+        }
+        let reply = match p.query::<(redis::Value,)>(con) {
             Err(e) if is_noscript(&e) => {
                 // Pipelined EVALSHA is not reloaded by `redis::Script`:
                 // load it and run the round again.
-                scripts::TAKE.load(con)?;
-                p.query::<(Option<(String, Vec<u8>)>,)>(con)?
+                script.load(con)?;
+                p.query::<(redis::Value,)>(con)?
             }
             other => other?,
         };
-        Ok(reply.0)
+        Ok(found(reply.0))
     }
 
-    fn decode(&self, (id, value): (String, Vec<u8>)) -> Result<Message<T>, Error> {
-        let parsed = value.iter().position(|&b| b == b':').and_then(|i| {
-            let due = std::str::from_utf8(&value[..i]).ok()?.parse::<u64>().ok()?;
-            Some((due, &value[i + 1..]))
-        });
-        let result: Result<(u64, T), CodecError> = match parsed {
-            Some((due, bytes)) => T::decode(bytes).map(|p| (due, p)),
-            None => Err("stored value is not \"<due ms>:<payload>\"".into()),
+    /// A message whose stored value does not decode: kept as a dead letter
+    /// (with the reason), and the error naming it.
+    pub(crate) fn dead_on_arrival(&self, id: &str, stored: &[u8], cause: CodecError) -> Error {
+        let parked = self.park(id, stored, &cause.to_string());
+        let what = if parked {
+            "could not decode a message; it is kept as a dead letter"
+        } else {
+            "could not decode a message, and parking it as a dead letter failed"
         };
-        match result {
-            Ok((due_ms, payload)) => Ok(Message {
-                id: MessageId(id),
-                payload,
-                due_ms,
-            }),
-            Err(cause) => {
-                let parked = self.park(&id, &value);
-                let what = if parked {
-                    "could not decode a message; it is kept as a dead letter"
-                } else {
-                    "could not decode a message, and parking it as a dead letter failed"
-                };
-                Err(self.tag(
-                    Error::new(ErrorKind::Decode, what)
-                        .with_cause(cause)
-                        .for_message(&id),
-                ))
-            }
-        }
+        self.tag(
+            Error::new(ErrorKind::Decode, what)
+                .with_cause(cause)
+                .for_message(id),
+        )
     }
 
-    /// Puts an undecodable message back as a dead letter; true if it was.
-    fn park(&self, id: &str, value: &[u8]) -> bool {
+    /// Puts an undecodable message in the dead letters; true if it was.
+    fn park(&self, id: &str, value: &[u8], reason: &str) -> bool {
         let keys = &self.state.keys;
         let parked = self.rt().run(&keys.msg, Access::Write, |con| {
             scripts::PARK
                 .key(&keys.msg)
                 .key(&keys.dead)
+                .key(&keys.reason)
+                .key(&keys.inflight)
+                .key(&keys.lease)
                 .arg(id)
                 .arg(value)
+                .arg(format!("could not decode: {reason}"))
                 .invoke::<i64>(con)
         });
         match parked {
@@ -1012,6 +1109,18 @@ fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff) -> bool {
     }
     std::thread::sleep(wait);
     true
+}
+
+/// A stored value, `"<due ms>:<payload>"`, decoded: (due, payload).
+pub(crate) fn parse_stored<T: Codec>(value: &[u8]) -> Result<(u64, T), CodecError> {
+    let parsed = value.iter().position(|&b| b == b':').and_then(|i| {
+        let due = std::str::from_utf8(&value[..i]).ok()?.parse::<u64>().ok()?;
+        Some((due, &value[i + 1..]))
+    });
+    match parsed {
+        Some((due, bytes)) => T::decode(bytes).map(|p| (due, p)),
+        None => Err("stored value is not \"<due ms>:<payload>\"".into()),
+    }
 }
 
 /// A redirect or a refusal while a cluster slot moves (`MOVED`, `ASK`,

@@ -44,6 +44,10 @@ pub(crate) struct Keys {
     pub ready: String,
     pub dead: String,
     pub wake: String,
+    pub inflight: String,
+    pub lease: String,
+    pub attempts: String,
+    pub reason: String,
 }
 
 impl Keys {
@@ -55,6 +59,10 @@ impl Keys {
             ready: k("ready"),
             dead: k("dead"),
             wake: k("wake"),
+            inflight: k("inflight"),
+            lease: k("lease"),
+            attempts: k("attempts"),
+            reason: k("reason"),
         }
     }
 }
@@ -70,20 +78,23 @@ pub(crate) struct QueueState {
 }
 
 impl QueueState {
-    /// A queue's state, its transfer moving up to `batch` ids per call.
-    pub(crate) fn new(name: &str, batch: usize) -> QueueState {
+    /// A queue's state, its transfer moving up to `batch` ids per call
+    /// and sending claims delivered `max_deliveries` times to the dead
+    /// letters.
+    pub(crate) fn new(name: &str, batch: usize, max_deliveries: u32) -> QueueState {
         let keys = Keys::new(name);
         QueueState {
             name: name.to_owned(),
             job_key: keys.delayed.clone(),
-            transfer: Arc::new(TransferJob::new(name, &keys, batch)),
+            transfer: Arc::new(TransferJob::new(name, &keys, batch, max_deliveries)),
             keys,
         }
     }
 }
 
 /// A queue's due work: `transfer.lua`, which moves up to a batch of due
-/// ids to the ready list and says how long until the next one falls due.
+/// ids to the ready list, redelivers (or kills) claims whose visibility
+/// expired, and says how long until the next due time or deadline.
 ///
 /// Everything a sweep touches per queue is in this one allocation (the
 /// packed command, the counters), so sweeping thousands of queues reads few
@@ -94,19 +105,26 @@ pub(crate) struct TransferJob {
     /// Transfers run and messages moved (for `transfer_stats`).
     pub runs: AtomicU64,
     pub moved: AtomicU64,
-    /// `EVALSHA <transfer> 2 <delayed> <ready> <batch>`, packed once.
+    /// `EVALSHA <transfer> 8 <keys…> <batch> <max_deliveries>`, packed once.
     packed: Box<[u8]>,
     name: String,
 }
 
 impl TransferJob {
-    fn new(name: &str, keys: &Keys, batch: usize) -> TransferJob {
+    fn new(name: &str, keys: &Keys, batch: usize, max_deliveries: u32) -> TransferJob {
         let packed = redis::cmd("EVALSHA")
             .arg(scripts::TRANSFER.get_hash())
-            .arg(2)
+            .arg(8)
             .arg(&keys.delayed)
             .arg(&keys.ready)
+            .arg(&keys.inflight)
+            .arg(&keys.lease)
+            .arg(&keys.msg)
+            .arg(&keys.attempts)
+            .arg(&keys.dead)
+            .arg(&keys.reason)
             .arg(batch)
+            .arg(max_deliveries)
             .get_packed_command()
             .into_boxed_slice();
         TransferJob {

@@ -1,0 +1,27 @@
+-- ack.lua: a consumer is done with a claimed message: delete every trace of it.
+--
+-- KEYS[1]  redwheel:{N}:inflight  ZSET  id -> visibility deadline
+-- KEYS[2]  redwheel:{N}:lease     HASH  id -> token of its current claim
+-- KEYS[3]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
+-- KEYS[4]  redwheel:{N}:attempts  HASH  id -> deliveries so far
+-- ARGV[1]  the message id
+-- ARGV[2]  the token of the claim being acked
+--
+-- Reply: 1 acked now; 0 nothing to do (the message is gone: acked before, by a retry of this
+--        very ack or otherwise, or removed); -1 refused: the claim is no longer current
+--        (its visibility expired and the message waits for, or is with, another consumer).
+--
+-- Invariant: only the current claim's token acks, so an ack that arrives after its claim
+-- expired never touches a later delivery; an ack is idempotent.
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if cur == ARGV[2] then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  return 1
+end
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 0 then
+  return 0
+end
+return -1

@@ -1,0 +1,51 @@
+-- claim.lua: hand up to `count` ready messages to one consumer, each under a visibility
+-- deadline (at-least-once: a claim that is not acked in time is redelivered).
+--
+-- KEYS[1]  redwheel:{N}:ready     LIST  ids that are due, in due order
+-- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
+-- KEYS[3]  redwheel:{N}:inflight  ZSET  id -> visibility deadline (ms)
+-- KEYS[4]  redwheel:{N}:lease     HASH  id -> token of its current claim
+-- KEYS[5]  redwheel:{N}:attempts  HASH  id -> deliveries so far
+-- ARGV[1]  visibility in ms (>= 1), counted from the server's TIME
+-- ARGV[2]  a token prefix, unique to this call (the client's random bytes)
+-- ARGV[3]  count: the most messages to claim (1..1000)
+--
+-- Reply: { deadline, id, value, attempt, token, id, value, attempt, token, … }:
+--   deadline  the claims' visibility deadline (epoch ms, server clock)
+--   then per message: its id, its stored "<due ms>:<payload>", its attempt number (1 on the
+--   first delivery), and the token of this claim (ARGV[2] .. ":" .. its index)
+--   An empty `ready` gives { deadline } alone.
+--
+-- Invariant: an id leaves `ready` and enters `inflight` (with its lease and raised attempt
+-- count) in one atomic step, so a consumer that dies at any instant cannot lose it: the
+-- transfer script redelivers it when the deadline passes. The message stays in `msg` until
+-- it is acked. Ids whose message is gone (removed after transfer) are dropped here, at most
+-- 100 per call beyond `count`, so the call stays O(count).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = now + tonumber(ARGV[1])
+local count = tonumber(ARGV[3])
+local out = { deadline }
+local claimed = 0
+local skipped = 0
+while claimed < count and skipped <= 100 do
+  local id = redis.call('LPOP', KEYS[1])
+  if not id then
+    break
+  end
+  local v = redis.call('HGET', KEYS[2], id)
+  if v then
+    claimed = claimed + 1
+    local token = ARGV[2] .. ':' .. claimed
+    local attempt = redis.call('HINCRBY', KEYS[5], id, 1)
+    redis.call('ZADD', KEYS[3], deadline, id)
+    redis.call('HSET', KEYS[4], id, token)
+    out[#out + 1] = id
+    out[#out + 1] = v
+    out[#out + 1] = attempt
+    out[#out + 1] = token
+  else
+    skipped = skipped + 1
+  end
+end
+return out

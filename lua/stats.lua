@@ -1,0 +1,40 @@
+-- stats.lua: the state of queue N in one atomic read.
+--
+-- KEYS[1]  redwheel:{N}:delayed   ZSET  id -> due
+-- KEYS[2]  redwheel:{N}:ready     LIST  ids that are due
+-- KEYS[3]  redwheel:{N}:inflight  ZSET  id -> visibility deadline
+-- KEYS[4]  redwheel:{N}:dead      ZSET  id -> when it died
+-- KEYS[5]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
+-- ARGV     none
+--
+-- Reply: { delayed, ready, inflight, dead, oldest_overdue_ms, next_due_ms, now_ms }:
+--   counts of each set (`ready` may still hold ids removed after they fell due);
+--   oldest_overdue_ms: how long the oldest message that is due but not delivered has been
+--   due (the first ready id, or the head of `delayed` if the transfer lags), -1 if none;
+--   next_due_ms: the head of `delayed` (epoch ms), -1 if empty; now_ms: the server's clock.
+--
+-- Invariant: read-only.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local oldest = -1
+local first = redis.call('LINDEX', KEYS[2], 0)
+if first then
+  local v = redis.call('HGET', KEYS[5], first)
+  if v then
+    local colon = string.find(v, ':', 1, true)
+    local due = colon and tonumber(string.sub(v, 1, colon - 1))
+    if due then
+      oldest = math.max(0, now - due)
+    end
+  end
+end
+local next_due = -1
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then
+  next_due = tonumber(head[2])
+  if next_due <= now then
+    oldest = math.max(oldest, now - next_due)
+  end
+end
+return { redis.call('ZCARD', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('ZCARD', KEYS[3]),
+  redis.call('ZCARD', KEYS[4]), oldest, next_due, now }
