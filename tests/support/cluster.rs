@@ -86,7 +86,26 @@ impl RedisCluster {
         );
         let cluster = RedisCluster { nodes };
         cluster.wait_healthy(Duration::from_secs(60));
+        cluster.wait_replicas_in_sync(Duration::from_secs(60));
         cluster
+    }
+
+    /// Waits until every master has a replica whose link is up.
+    pub fn wait_replicas_in_sync(&self, limit: Duration) {
+        let give_up = Instant::now() + limit;
+        for port in self.master_ports() {
+            loop {
+                let info = self.node(port).cmd(&["INFO", "replication"]);
+                if info.contains("connected_slaves:1") && info.contains("state=online") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < give_up,
+                    "no replica of {port} in sync: {info}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
 
     /// Seed URLs: every node.
