@@ -2,7 +2,7 @@
 //! line per run.
 //!
 //! ```text
-//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q5,q5t,q6,restart,failover]
+//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5t,q6,restart,failover]
 //!     [--reps 3] [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30] [--cluster]
 //! ```
 //!
@@ -18,6 +18,12 @@
 //! * Q2: 100,000 offers through `offer_batch`, batches of 1,000: offers/s.
 //! * Q3: 2,000 messages, delays U[1000, 5000] ms, one consumer in `take`:
 //!   lateness (receive − due) p50/p99/max in ms and the count of early ones.
+//! * Q4: a consumer pool (`consume`, 4 threads, at-least-once: claim and
+//!   ack) runs first; then 100,000 messages with delays U[1000, 5000] ms
+//!   are offered in batches of 1,000: lateness (handler entry − due)
+//!   p50/p99/max, consumed/s (as BullMQ's harness counts it: starts per
+//!   second between the first and the last), and round trips per message
+//!   (the consumer's script calls, from `INFO commandstats`).
 //! * Q5: N messages all due at one instant D, 4 consumers: ms from D until
 //!   all are in the ready list (transfer rate) and until all are taken.
 //!   `q5t` is the same with no consumers (transfer only).
@@ -303,6 +309,83 @@ fn q3(rw: &Redwheel, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
         late[late.len() - 1]
     );
     Ok(())
+}
+
+fn q4(rw: &Redwheel, url: &str, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let q = rw.queue::<String>("bench-q4")?;
+    q.clear()?;
+    let n = 100_000usize;
+    let starts: Arc<std::sync::Mutex<Vec<(Instant, f64)>>> =
+        Arc::new(std::sync::Mutex::new(Vec::with_capacity(n)));
+    let mut info = redis::Client::open(url)?.get_connection()?;
+    let evalsha0 = command_calls(&mut info, "evalsha")?;
+    let runs0 = q.transfer_stats().runs;
+    let consumer = {
+        let starts = Arc::clone(&starts);
+        q.consume(
+            redwheel::ConsumerOptions::default().concurrency(4),
+            move |d| -> Result<(), String> {
+                let now = SystemTime::now();
+                let late = match now.duration_since(d.due()) {
+                    Ok(x) => x.as_secs_f64() * 1e3,
+                    Err(e) => -e.duration().as_secs_f64() * 1e3,
+                };
+                starts.lock().unwrap().push((Instant::now(), late));
+                Ok(())
+            },
+        )?
+    };
+    let mut rng = SplitMix64(3_000 + rep as u64);
+    let p = payload();
+    let msgs: Vec<(String, Duration)> = (0..n)
+        .map(|_| (p.clone(), Duration::from_millis(rng.range(1_000, 5_000))))
+        .collect();
+    for chunk in msgs.chunks(1_000) {
+        q.offer_batch(chunk)?;
+    }
+    let give_up = Instant::now() + Duration::from_secs(180);
+    while starts.lock().unwrap().len() < n {
+        if Instant::now() > give_up {
+            return Err("q4: not all consumed within 180 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    consumer.shutdown(Duration::from_secs(10))?;
+    let evalsha = command_calls(&mut info, "evalsha")? - evalsha0;
+    let transfers = q.transfer_stats().runs - runs0;
+    let offers = n.div_ceil(1_000) as u64;
+    let round_trips = evalsha.saturating_sub(transfers + offers) as f64 / n as f64;
+    let starts = std::mem::take(&mut *starts.lock().unwrap());
+    let first = starts.iter().map(|s| s.0).min().ok_or("no start")?;
+    let last = starts.iter().map(|s| s.0).max().ok_or("no start")?;
+    let mut late: Vec<f64> = starts.iter().map(|s| s.1).collect();
+    late.sort_by(f64::total_cmp);
+    let early = late.iter().filter(|&&l| l < 0.0).count();
+    println!(
+        r#"{{"test":"q4_lateness_consume","rep":{rep},"n":{n},"consumers":4,"p50_ms":{:.2},"p99_ms":{:.2},"max_ms":{:.2},"early":{early},"consumed_per_s":{:.0},"round_trips_per_msg":{round_trips:.2}}}"#,
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        late[late.len() - 1],
+        (n - 1) as f64 / (last - first).as_secs_f64(),
+    );
+    q.clear()?;
+    Ok(())
+}
+
+/// Calls of command `name` so far (`INFO commandstats`).
+fn command_calls(
+    con: &mut redis::Connection,
+    name: &str,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con)?;
+    let prefix = format!("cmdstat_{name}:calls=");
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map(|n| n.parse())
+        .transpose()?
+        .unwrap_or(0))
 }
 
 fn q5(
@@ -635,6 +718,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "q1m" => q1m(&rw, &url, rep)?,
                 "q2" => q2(&rw, rep)?,
                 "q3" => q3(&rw, rep)?,
+                "q4" => q4(&rw, &url, rep)?,
                 "q5" => q5(&rw, &url, rep, q5_n, 4)?,
                 "q5t" => q5(&rw, &url, rep, q5_n, 0)?,
                 "q6" => q6(&rw, &urls, rep, q6_queues, q6_secs)?,

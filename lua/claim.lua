@@ -1,5 +1,6 @@
--- claim.lua: hand up to `count` ready messages to one consumer, each under a visibility
--- deadline (at-least-once: a claim that is not acked in time is redelivered).
+-- claim.lua: ack what the consumer has finished, then hand it up to `count` ready messages,
+-- each under a visibility deadline (at-least-once: a claim that is not acked in time is
+-- redelivered). Acking here saves a consumer pool one round trip per message.
 --
 -- KEYS[1]  redwheel:{N}:ready     LIST  ids that are due, in due order
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
@@ -8,13 +9,16 @@
 -- KEYS[5]  redwheel:{N}:attempts  HASH  id -> deliveries so far
 -- ARGV[1]  visibility in ms (>= 1), counted from the server's TIME
 -- ARGV[2]  a token prefix, unique to this call (the client's random bytes)
--- ARGV[3]  count: the most messages to claim (1..1000)
+-- ARGV[3]  count: the most messages to claim (0..1000; 0 only acks)
+-- ARGV[4]  acks: how many (id, token) pairs follow, to ack first, as ack.lua does
+-- ARGV[5..] those pairs
 --
--- Reply: { deadline, id, value, attempt, token, id, value, attempt, token, … }:
+-- Reply: { deadline, stale, id, value, attempt, token, id, value, attempt, token, … }:
 --   deadline  the claims' visibility deadline (epoch ms, server clock)
---   then per message: its id, its stored "<due ms>:<payload>", its attempt number (1 on the
---   first delivery), and the token of this claim (ARGV[2] .. ":" .. its index)
---   An empty `ready` gives { deadline } alone.
+--   stale     how many of the acks were refused (their claim was no longer current)
+--   then per message claimed: its id, its stored "<due ms>:<payload>", its attempt number (1
+--   on the first delivery), and the token of this claim (ARGV[2] .. ":" .. its index)
+--   Nothing claimed gives { deadline, stale } alone.
 --
 -- Invariant: an id leaves `ready` and enters `inflight` (with its lease and raised attempt
 -- count) in one atomic step, so a consumer that dies at any instant cannot lose it: the
@@ -25,7 +29,20 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[1])
 local count = tonumber(ARGV[3])
-local out = { deadline }
+local stale = 0
+for i = 0, tonumber(ARGV[4]) - 1 do
+  local id = ARGV[5 + 2 * i]
+  local cur = redis.call('HGET', KEYS[4], id)
+  if cur == ARGV[6 + 2 * i] then
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[5], id)
+  elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
+    stale = stale + 1
+  end
+end
+local out = { deadline, stale }
 local claimed = 0
 local skipped = 0
 while claimed < count and skipped <= 100 do

@@ -337,12 +337,19 @@ fn a_consumer_pool_acks_what_succeeds_and_treats_a_panic_as_a_failure() {
     };
     within(HANG, {
         let handled = Arc::clone(&handled);
+        let q = q.clone();
         move || {
-            while handled.lock().unwrap().len() < n {
+            // Handled, and the last acks sent (they go with the next claim).
+            while handled.lock().unwrap().len() < n || q.len().unwrap() > 0 {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
     });
+    // The workers count an ack once its reply is back.
+    let give_up = std::time::Instant::now() + HANG;
+    while consumer.handled() < n as u64 && std::time::Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(consumer.handled(), n as u64);
     assert_eq!(consumer.failed(), 1, "the panic counted as a failure");
     consumer.shutdown(Duration::from_secs(10)).unwrap();

@@ -1,12 +1,15 @@
 //! [`Queue::consume`]: a pool of worker threads that claim, run a handler,
 //! and ack or nack.
 //!
-//! * Each worker claims one message at a time and only when it is free, so
-//!   nothing waits in local memory: a message is either in Redis or being
-//!   handled.
-//! * `Ok` acks; `Err` (or a panic) nacks with exponential backoff by the
-//!   message's attempt number, so after `max_deliveries` failures it lands
-//!   in the dead letters.
+//! * A dispatcher thread claims for the free workers only (as many
+//!   messages as there are free workers, in one script call), so nothing
+//!   waits in local memory: a message is either in Redis or being handled.
+//! * `Ok` acks (the acks of finished handlers travel with the next claim, in
+//!   the same script call: at most one round trip per message while
+//!   messages keep coming, fewer when several workers free up together);
+//!   `Err` (or a panic) nacks with exponential backoff by the message's
+//!   attempt number, so after `max_deliveries` failures it lands in the dead
+//!   letters.
 //! * While a handler runs, a job on the runtime's driver extends its
 //!   message's visibility every third of it, for every running handler in
 //!   one round trip; it stops the moment the handler returns. A handler
@@ -155,6 +158,8 @@ type Release = Box<dyn Fn(&[Running]) + Send + Sync>;
 /// What the workers and the extension job share.
 struct Inner {
     stop: AtomicBool,
+    /// Set after the shutdown grace: stop waiting for running handlers.
+    abandon: AtomicBool,
     /// Messages being handled now, by worker.
     running: Mutex<HashMap<usize, Running>>,
     handled: AtomicU64,
@@ -204,6 +209,7 @@ impl Consumer {
         while ended < total && self.done.recv_deadline(deadline).is_ok() {
             ended += 1;
         }
+        self.inner.abandon.store(true, Ordering::SeqCst);
         (self.unregister)();
         let still: Vec<Running> = self.inner.running.lock().values().cloned().collect();
         if !still.is_empty() {
@@ -297,6 +303,7 @@ impl<T: Codec> Queue<T> {
         }
         let inner = Arc::new(Inner {
             stop: AtomicBool::new(false),
+            abandon: AtomicBool::new(false),
             running: Mutex::new(HashMap::new()),
             handled: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -324,30 +331,66 @@ impl<T: Codec> Queue<T> {
         rt.driver.register(&key, job, Deadline::After(period), None);
         let (done_tx, done) = crossbeam_channel::unbounded();
         let handler = Arc::new(handler);
-        let mut threads = Vec::with_capacity(options.concurrency);
+        // The dispatcher claims for the free workers (one round trip for as
+        // many messages as there are free workers, the finished ones' acks
+        // included) and hands each message to a worker.
+        let (work_tx, work_rx) = crossbeam_channel::bounded::<Delivery<T>>(options.concurrency);
+        let (result_tx, result_rx) = crossbeam_channel::unbounded::<Option<(String, String)>>();
+        let mut threads = Vec::with_capacity(options.concurrency + 1);
+        let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), Error> {
+            let done = Done(done_tx.clone());
+            match thread::Builder::new().name(name).spawn(move || {
+                let _done = done;
+                f();
+            }) {
+                Ok(t) => {
+                    threads.push(t);
+                    Ok(())
+                }
+                Err(e) => Err(self.tag(
+                    Error::new(ErrorKind::Spawn, "could not start a consumer thread").with_cause(e),
+                )),
+            }
+        };
+        let mut started: Result<(), Error> = Ok(());
         for worker in 0..options.concurrency {
             let q = self.clone();
             let shared = Arc::clone(&inner);
             let handler = Arc::clone(&handler);
-            let done = Done(done_tx.clone());
             let opts = options.clone();
-            let spawned = thread::Builder::new()
-                .name(format!("redwheel-consumer-{worker}"))
-                .spawn(move || {
-                    let _done = done;
-                    work(&q, &shared, worker, &opts, &*handler);
-                });
-            match spawned {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    inner.stop.store(true, Ordering::SeqCst);
-                    rt.driver.unregister(&key);
-                    return Err(self.tag(
-                        Error::new(ErrorKind::Spawn, "could not start a consumer thread")
-                            .with_cause(e),
-                    ));
-                }
-            }
+            let work_rx = work_rx.clone();
+            let result_tx = result_tx.clone();
+            started = started.and_then(|()| {
+                spawn(
+                    format!("redwheel-consumer-{worker}"),
+                    Box::new(move || {
+                        while let Ok(d) = work_rx.recv() {
+                            let ack = handle(&q, &shared, worker, &opts, &*handler, &d);
+                            if result_tx.send(ack).is_err() {
+                                return;
+                            }
+                        }
+                    }),
+                )
+            });
+        }
+        drop(result_tx);
+        {
+            let q = self.clone();
+            let shared = Arc::clone(&inner);
+            let opts = options.clone();
+            started = started.and_then(|()| {
+                spawn(
+                    "redwheel-dispatcher".to_owned(),
+                    Box::new(move || dispatch(&q, &shared, &opts, &work_tx, &result_rx)),
+                )
+            });
+        }
+        if let Err(e) = started {
+            inner.stop.store(true, Ordering::SeqCst);
+            inner.abandon.store(true, Ordering::SeqCst);
+            rt.driver.unregister(&key);
+            return Err(e);
         }
         let release = {
             let q = self.clone();
@@ -404,90 +447,158 @@ fn retry_delay(min: Duration, max: Duration, attempt: u32) -> Duration {
     Backoff::nth(min, max, attempt.max(1))
 }
 
-/// One worker thread.
-fn work<T: Codec, E: fmt::Display>(
+/// The dispatcher thread: claims as many messages as there are free
+/// workers, sending the finished ones' acks in the same script call (one
+/// round trip for all of them), and hands each message to a worker. At
+/// shutdown it stops claiming and acks what the running handlers finish.
+fn dispatch<T: Codec>(
+    q: &Queue<T>,
+    inner: &Inner,
+    opts: &ConsumerOptions,
+    work_tx: &Sender<Delivery<T>>,
+    results: &Receiver<Option<(String, String)>>,
+) {
+    let rt = q.rt();
+    let mut backoff = Backoff::new(rt.options.reconnect_min, Duration::from_secs(1));
+    let mut acks: Vec<(String, String)> = Vec::new();
+    let mut outstanding = 0usize;
+    let take = |r: Option<(String, String)>, acks: &mut Vec<(String, String)>| {
+        if let Some(ack) = r {
+            acks.push(ack);
+        }
+    };
+    loop {
+        let stopping = inner.stop.load(Ordering::SeqCst);
+        if stopping && (outstanding == 0 || inner.abandon.load(Ordering::SeqCst)) && acks.is_empty()
+        {
+            return;
+        }
+        // All workers busy (or stopping with handlers running): wait for one.
+        if outstanding == opts.concurrency || (stopping && outstanding > 0) {
+            match results.recv_timeout(Duration::from_millis(50)) {
+                Ok(r) => {
+                    outstanding -= 1;
+                    take(r, &mut acks);
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    if acks.is_empty() {
+                        continue;
+                    }
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        while let Ok(r) = results.try_recv() {
+            outstanding -= 1;
+            take(r, &mut acks);
+        }
+        let free = if stopping {
+            0
+        } else {
+            opts.concurrency - outstanding
+        };
+        if free == 0 && acks.is_empty() {
+            continue;
+        }
+        // While handlers run, wait briefly, so their acks are not held back
+        // long; with every worker idle, wait the whole poll interval.
+        let wait = if free == 0 {
+            Duration::ZERO
+        } else if outstanding > 0 {
+            opts.poll.min(Duration::from_millis(50))
+        } else {
+            opts.poll
+        };
+        match q.claim_acking(&acks, free, wait) {
+            Ok((claimed, stale)) => {
+                backoff.reset();
+                let acked = acks.len() as u64 - stale.min(acks.len() as u64);
+                inner.handled.fetch_add(acked, Ordering::Relaxed);
+                if stale > 0 {
+                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, stale, "consumer: a message was delivered again before its handler's ack; that result is dropped");
+                }
+                acks.clear();
+                for d in claimed {
+                    match d {
+                        Ok(d) => {
+                            outstanding += 1;
+                            if work_tx.send(d).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: a message could not be decoded; it is a dead letter now");
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Shutdown => return,
+            Err(e) => {
+                // The acks (idempotent) go again with the next call.
+                tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: claim failed; retrying");
+                thread::sleep(backoff.step().min(opts.poll));
+            }
+        }
+    }
+}
+
+/// Runs the handler on `d`; on success returns the ack to send, on failure
+/// nacks it with backoff.
+fn handle<T: Codec, E: fmt::Display>(
     q: &Queue<T>,
     inner: &Inner,
     worker: usize,
     opts: &ConsumerOptions,
     handler: &(dyn Fn(&Delivery<T>) -> Result<(), E> + Send + Sync),
-) {
-    let rt = q.rt();
-    let mut backoff = Backoff::new(rt.options.reconnect_min, Duration::from_secs(1));
-    while !inner.stop.load(Ordering::SeqCst) {
-        let d = match q.claim(opts.poll) {
-            Ok(Some(d)) => {
-                backoff.reset();
-                d
-            }
-            Ok(None) => continue,
-            Err(e) if e.kind() == ErrorKind::Shutdown => return,
-            Err(e) if e.kind() == ErrorKind::Decode => {
-                tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: a message could not be decoded; it is a dead letter now");
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: claim failed; retrying");
-                thread::sleep(backoff.step().min(opts.poll));
-                continue;
-            }
-        };
-        let released = Arc::new(AtomicBool::new(false));
-        inner.running.lock().insert(
-            worker,
-            Running {
-                id: d.id().as_str().to_owned(),
-                token: d.token().to_owned(),
-                started: Instant::now(),
-                attempt: d.attempt(),
-                released: Arc::clone(&released),
-            },
-        );
-        let result = catch_unwind(AssertUnwindSafe(|| handler(&d)));
-        inner.running.lock().remove(&worker);
-        if released.load(Ordering::SeqCst) {
-            // Timed out (given back by the extension job) or released at
-            // shutdown: the result comes too late to count.
-            tracing::debug!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), "consumer: a handler finished after its message was given back; its result is ignored");
-            continue;
+    d: &Delivery<T>,
+) -> Option<(String, String)> {
+    let released = Arc::new(AtomicBool::new(false));
+    inner.running.lock().insert(
+        worker,
+        Running {
+            id: d.id().as_str().to_owned(),
+            token: d.token().to_owned(),
+            started: Instant::now(),
+            attempt: d.attempt(),
+            released: Arc::clone(&released),
+        },
+    );
+    let result = catch_unwind(AssertUnwindSafe(|| handler(d)));
+    inner.running.lock().remove(&worker);
+    if released.load(Ordering::SeqCst) {
+        // Timed out (given back by the extension job) or released at
+        // shutdown: the result comes too late to count.
+        tracing::debug!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), "consumer: a handler finished after its message was given back; its result is ignored");
+        return None;
+    }
+    let why = match result {
+        Ok(Ok(())) => return Some((d.id().as_str().to_owned(), d.token().to_owned())),
+        Ok(Err(e)) => {
+            let why = e.to_string();
+            tracing::debug!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), attempt = d.attempt(), error = %why, "consumer: handler failed; retrying later");
+            why
         }
-        let outcome = match result {
-            Ok(Ok(())) => d.ack().map(|()| true),
-            Ok(Err(e)) => {
-                let why = e.to_string();
-                tracing::debug!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), attempt = d.attempt(), error = %why, "consumer: handler failed; retrying later");
-                d.nack_because(
-                    retry_delay(opts.retry_min, opts.retry_max, d.attempt()),
-                    &why,
-                )
-                .map(|_| false)
-            }
-            Err(panic) => {
-                let why = format!("the handler panicked: {}", panic_text(&*panic));
-                tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), attempt = d.attempt(), "consumer: {why}");
-                d.nack_because(
-                    retry_delay(opts.retry_min, opts.retry_max, d.attempt()),
-                    &why,
-                )
-                .map(|_| false)
-            }
-        };
-        match outcome {
-            Ok(true) => {
-                inner.handled.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(false) => {
-                inner.failed.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) if e.kind() == ErrorKind::StaleDelivery => {
-                tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), "consumer: the message was delivered again before its handler finished; this result is dropped");
-            }
-            Err(e) => {
-                // Not acked: it comes back when its visibility ends.
-                tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), error = %e, "consumer: could not ack or nack; the message comes back when its visibility ends");
-            }
+        Err(panic) => {
+            let why = format!("the handler panicked: {}", panic_text(&*panic));
+            tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), attempt = d.attempt(), "consumer: {why}");
+            why
+        }
+    };
+    inner.failed.fetch_add(1, Ordering::Relaxed);
+    match d.nack_because(
+        retry_delay(opts.retry_min, opts.retry_max, d.attempt()),
+        &why,
+    ) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::StaleDelivery => {
+            tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), "consumer: the message was delivered again before its handler finished; this result is dropped");
+        }
+        Err(e) => {
+            // Not given back: it comes back when its visibility ends.
+            tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), error = %e, "consumer: could not nack; the message comes back when its visibility ends");
         }
     }
+    None
 }
 
 /// The driver job of one consumer pool: extends the visibility of every

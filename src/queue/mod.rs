@@ -849,6 +849,7 @@ impl<T: Codec> Queue<T> {
             &scripts::TAKE,
             &[&keys.ready, &keys.msg, &keys.attempts],
             &[],
+            0,
         )?;
         let Some(value) = popped else {
             return Ok(None);
@@ -866,8 +867,8 @@ impl<T: Codec> Queue<T> {
         }
     }
 
-    /// Runs `script` (which pops from the ready list and replies with
-    /// `Nil`, an empty array, or a one-element array when it found nothing)
+    /// Runs `script` (which pops from the ready list and replies with `Nil`,
+    /// or an array of at most `header` elements, when it found nothing)
     /// until it finds something or `deadline` passes, waiting on the ready
     /// list in between (blocking server-side, at most `max_block` a round).
     /// Waits out Redis being unreachable and a moving cluster slot.
@@ -877,6 +878,7 @@ impl<T: Codec> Queue<T> {
         script: &redis::Script,
         keys: &[&str],
         args: &[&[u8]],
+        header: usize,
     ) -> Result<Option<redis::Value>, Error> {
         let rt = self.rt();
         let max_block = rt.options.max_block;
@@ -896,7 +898,15 @@ impl<T: Codec> Queue<T> {
                 }
                 Err(e) => return Err(self.tag(e)),
             };
-            match self.pop_round(&mut con.con, deadline, max_block, script, keys, args) {
+            match self.pop_round(
+                &mut con.con,
+                deadline,
+                max_block,
+                script,
+                keys,
+                args,
+                header,
+            ) {
                 Ok(Some(value)) => {
                     rt.put_blocking(con);
                     return Ok(Some(value));
@@ -948,6 +958,7 @@ impl<T: Codec> Queue<T> {
         script: &redis::Script,
         keys: &[&str],
         args: &[&[u8]],
+        header: usize,
     ) -> redis::RedisResult<Option<redis::Value>> {
         let invoke = |con: &mut Conn| -> redis::RedisResult<redis::Value> {
             let mut inv = script.prepare_invoke();
@@ -962,7 +973,7 @@ impl<T: Codec> Queue<T> {
         let found = |v: redis::Value| -> Option<redis::Value> {
             match &v {
                 redis::Value::Nil => None,
-                redis::Value::Array(items) if items.len() <= 1 => None,
+                redis::Value::Array(items) if items.len() <= header => None,
                 _ => Some(v),
             }
         };

@@ -355,41 +355,102 @@ impl<T: Codec> Queue<T> {
         n: usize,
         wait: Duration,
     ) -> Result<Vec<Result<Delivery<T>, Error>>, Error> {
+        Ok(self.claim_acking(&[], n, wait)?.0)
+    }
+
+    /// Acks `acks` (id, token pairs of finished claims) and claims up to `n`
+    /// in the same script call (one round trip when a message is ready),
+    /// then waits up to `wait` if none was. Returns the claims and how many
+    /// of the acks were refused (their claim was no longer current).
+    pub(crate) fn claim_acking(
+        &self,
+        acks: &[(String, String)],
+        n: usize,
+        wait: Duration,
+    ) -> Result<(Vec<Result<Delivery<T>, Error>>, u64), Error> {
         let keys = &self.state.keys;
+        let key_list = [
+            keys.ready.as_str(),
+            keys.msg.as_str(),
+            keys.inflight.as_str(),
+            keys.lease.as_str(),
+            keys.attempts.as_str(),
+        ];
         let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
         let prefix = token_prefix();
         let vis = visibility_ms.to_string();
         let count = n.to_string();
+        let mut stale = 0;
+        if !acks.is_empty() {
+            // Ack and try a claim at once: no wait on this first call.
+            let ack_count = acks.len().to_string();
+            let mut args: Vec<&[u8]> = vec![
+                vis.as_bytes(),
+                prefix.as_bytes(),
+                count.as_bytes(),
+                ack_count.as_bytes(),
+            ];
+            for (id, token) in acks {
+                args.push(id.as_bytes());
+                args.push(token.as_bytes());
+            }
+            let reply: redis::Value = self
+                .rt()
+                .run(&keys.ready, Access::Write, |con| {
+                    let mut inv = scripts::CLAIM.prepare_invoke();
+                    for k in key_list {
+                        inv.key(k);
+                    }
+                    for a in &args {
+                        inv.arg(*a);
+                    }
+                    inv.invoke(con)
+                })
+                .map_err(|e| self.tag(e))?;
+            let (claims, refused) = self.read_claims(reply)?;
+            stale = refused;
+            if !claims.is_empty() || wait.is_zero() {
+                return Ok((claims, stale));
+            }
+        }
         let popped = self.wait_pop(
             Instant::now().checked_add(wait),
             &scripts::CLAIM,
-            &[
-                &keys.ready,
-                &keys.msg,
-                &keys.inflight,
-                &keys.lease,
-                &keys.attempts,
-            ],
-            &[vis.as_bytes(), prefix.as_bytes(), count.as_bytes()],
+            &key_list,
+            &[vis.as_bytes(), prefix.as_bytes(), count.as_bytes(), b"0"],
+            2,
         )?;
-        let Some(redis::Value::Array(items)) = popped else {
-            return Ok(Vec::new());
-        };
+        match popped {
+            Some(reply) => Ok((self.read_claims(reply)?.0, stale)),
+            None => Ok((Vec::new(), stale)),
+        }
+    }
+
+    /// Reads claim.lua's reply: the deliveries (or the decode errors of
+    /// the messages moved to the dead letters) and the refused acks.
+    fn read_claims(
+        &self,
+        reply: redis::Value,
+    ) -> Result<(Vec<Result<Delivery<T>, Error>>, u64), Error> {
         let protocol = |what: &str| {
             self.tag(Error::new(
                 ErrorKind::Protocol,
                 format!("unexpected reply to claim.lua: {what}"),
             ))
         };
+        let redis::Value::Array(items) = reply else {
+            return Err(protocol("not an array"));
+        };
         let mut items = items.into_iter();
         let deadline: u64 = items
             .next()
             .and_then(|v| redis::from_redis_value(v).ok())
             .ok_or_else(|| protocol("no deadline"))?;
-        // This process's transfer job looks at the in-flight set when the
-        // visibility ends (other processes learn of it at their sweep).
-        self.announce_deadline(self.visibility);
-        let mut out = Vec::with_capacity(n);
+        let stale: u64 = items
+            .next()
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .ok_or_else(|| protocol("no count of refused acks"))?;
+        let mut out = Vec::new();
         while let Some(id) = items.next() {
             let (Some(value), Some(attempt), Some(token)) =
                 (items.next(), items.next(), items.next())
@@ -415,7 +476,13 @@ impl<T: Codec> Queue<T> {
                 Err(cause) => out.push(Err(self.dead_on_arrival(&id, &stored, cause))),
             }
         }
-        Ok(out)
+        if !out.is_empty() {
+            // This process's transfer job looks at the in-flight set when
+            // the visibility ends (other processes learn of it at their
+            // sweep).
+            self.announce_deadline(self.visibility);
+        }
+        Ok((out, stale))
     }
 
     /// Makes this process's transfer job look at the queue after `d`.
