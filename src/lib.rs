@@ -97,12 +97,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+pub mod lock;
 pub mod queue;
 mod runtime;
 mod scripts;
 pub mod timer;
 
 pub use error::{Error, ErrorKind, TimerError};
+pub use lock::{LeaseLost, Lock, LockGuard, LockStats, LostCause};
 pub use queue::{Codec, Message, MessageId, Queue, QueueOptions};
 pub use runtime::{DriverStats, Redwheel, RedwheelOptions};
 

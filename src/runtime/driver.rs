@@ -521,6 +521,20 @@ impl Driver {
         st.entries.get(index)?.timeout.as_ref().map(|a| a.at)
     }
 
+    /// Test hook: runs `task` on the wheel's thread after `delay`, as a
+    /// wheel task (so a slow one holds the wheel up).
+    pub(crate) fn run_on_wheel_for_tests(
+        &self,
+        delay: Duration,
+        task: impl FnOnce() + Send + 'static,
+    ) -> Result<(), Error> {
+        self.shared
+            .timer
+            .new_timeout(delay, move |_: &Timeout| task())
+            .map(|_| ())
+            .map_err(Error::from)
+    }
+
     /// Waits until the driver has finished the round that follows this
     /// call (or found nothing to do): whatever was due when it was called
     /// has run.

@@ -373,6 +373,28 @@ impl Redwheel {
         self.handle.rt.server_clock.skew(ms);
     }
 
+    /// Test hook: holds the runtime's wheel thread up for `stall` with a
+    /// deliberately slow wheel task, and returns once that task has begun
+    /// (or after 10 s). Work due meanwhile must not wait for it: the
+    /// driver's backstop runs it. Not part of the API.
+    #[doc(hidden)]
+    pub fn stall_wheel_for_tests(&self, stall: Duration) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let task = move || {
+            let _ = tx.send(());
+            std::thread::sleep(stall);
+        };
+        if self
+            .handle
+            .rt
+            .driver
+            .run_on_wheel_for_tests(Duration::from_millis(1), task)
+            .is_ok()
+        {
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+        }
+    }
+
     pub(crate) fn runtime(&self) -> &Arc<Runtime> {
         &self.handle.rt
     }
