@@ -762,6 +762,22 @@ impl Lock {
                 };
                 if watchdog {
                     guard_hold.watchdog.fetch_add(1, Ordering::AcqRel);
+                    if let Some(g) = guard_hold.group.get().and_then(Weak::upgrade) {
+                        g.watch(
+                            guard_hold
+                                .valid_until
+                                .load(Ordering::Acquire)
+                                .saturating_add(1_000_000),
+                        );
+                    }
+                } else {
+                    reg.ctx.watch_hold(
+                        guard_hold
+                            .valid_until
+                            .load(Ordering::Acquire)
+                            .saturating_add(1_000_000),
+                        Arc::downgrade(&guard_hold),
+                    );
                 }
                 reg.ctx.counters.acquired.fetch_add(1, Ordering::Relaxed);
                 Ok(Attempt::Granted(LockGuard {
@@ -885,20 +901,15 @@ impl LockGuard {
         let token = hold.token();
         let started = Instant::now();
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
-        let mut attempts = 0u32;
+        // Sent on connections of our own choosing (not `Pool::run`, which
+        // may resend once behind our back), so we know whether an earlier
+        // attempt may have been applied when a later one finds the hold gone.
+        let mut maybe_applied = false;
         let reply = loop {
-            attempts += 1;
-            let r: Result<i64, Error> = rt.commands.run(Access::Write, |con| {
-                scripts::LOCK_RELEASE
-                    .key(&st.keys.lock)
-                    .key(&st.keys.channel)
-                    .arg(&hold.owner)
-                    .arg(token)
-                    .arg(left)
-                    .invoke(con)
-            });
+            let r = send_release(rt, st, hold, token, left);
             match r {
                 Err(e) if e.is_transient() && started.elapsed() < rt.options.command_timeout => {
+                    maybe_applied |= e.is_outcome_unknown();
                     std::thread::sleep(backoff.step());
                 }
                 other => break other,
@@ -924,7 +935,7 @@ impl LockGuard {
                     Ok(())
                 }
             }
-            Ok(_) if attempts > 1 && !was_lost => {
+            Ok(_) if maybe_applied && !was_lost => {
                 // An earlier attempt whose reply was lost released it.
                 if left == 0 {
                     st.waiters.released(token);
@@ -940,6 +951,32 @@ impl LockGuard {
                 "could not unlock; the lock lapses at the end of its lease",
             )),
         }
+    }
+}
+
+/// One `lock_release.lua` call on a connection of the pool; errors are
+/// classified as writes.
+fn send_release(
+    rt: &Runtime,
+    st: &LockState,
+    hold: &Hold,
+    token: u64,
+    left: u32,
+) -> Result<i64, Error> {
+    let (mut con, _) = rt.commands.get()?;
+    let r = scripts::LOCK_RELEASE
+        .key(&st.keys.lock)
+        .key(&st.keys.channel)
+        .arg(&hold.owner)
+        .arg(token)
+        .arg(left)
+        .invoke(&mut con);
+    match r {
+        Ok(n) => {
+            rt.commands.put(con);
+            Ok(n)
+        }
+        Err(e) => Err(Error::from_redis(e, Access::Write)),
     }
 }
 

@@ -16,7 +16,7 @@
 //! lock nor outlive an unlock, and the renew script's owner and token
 //! check means it never extends a lock that changed hands.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -42,6 +42,8 @@ pub(crate) struct RenewalGroup {
     /// The holds of the round on the wire, with their membership epoch,
     /// and when it was sent.
     inflight: Mutex<(u64, Vec<Sent>)>,
+    /// A lease check is pending on the watcher thread.
+    check_pending: AtomicBool,
     ctx: Arc<LockCtx>,
 }
 
@@ -52,6 +54,7 @@ impl RenewalGroup {
             key: format!("redwheel:lock-renewal:{}ms", lease.as_millis()),
             members: Mutex::new(Slab::new()),
             inflight: Mutex::new((0, Vec::new())),
+            check_pending: AtomicBool::new(false),
             ctx,
         }
     }
@@ -85,6 +88,43 @@ impl RenewalGroup {
             members.remove(index);
         }
         hold.member_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Asks the watcher to check the leases at `at` (`now_ns`) unless a
+    /// check is pending.
+    pub(crate) fn watch(self: &Arc<Self>, at: u64) {
+        if !self.check_pending.swap(true, Ordering::AcqRel) {
+            self.ctx.watch_group(at, Arc::downgrade(self));
+        }
+    }
+
+    /// On the watcher thread: marks lost every hold whose lease may have
+    /// run out with no renewal confirmed; returns when to look again (the
+    /// earliest lease deadline left), or `None` (nothing held).
+    pub(crate) fn expire_check(&self, now: u64) -> Option<u64> {
+        let mut expired = Vec::new();
+        let mut next: Option<u64> = None;
+        {
+            let members = self.members.lock();
+            for (_, hold) in members.iter() {
+                if hold.state() != HELD {
+                    continue;
+                }
+                let until = hold.valid_until.load(Ordering::Acquire);
+                if now > until {
+                    expired.push(Arc::clone(hold));
+                } else {
+                    next = Some(next.map_or(until, |n| n.min(until)));
+                }
+            }
+            if next.is_none() {
+                self.check_pending.store(false, Ordering::Release);
+            }
+        }
+        for hold in expired {
+            hold.lose(LostCause::Expired);
+        }
+        next.map(|n| n.saturating_add(1_000_000))
     }
 
     /// Members now.
@@ -138,6 +178,12 @@ impl Job for RenewalJob {
             }
         }
         *group.inflight.lock() = (sent, inflight);
+        // Should this round hang, the watcher still marks the leases lost
+        // in time.
+        group.watch(
+            sent.saturating_add(ns(group.lease))
+                .saturating_add(1_000_000),
+        );
         // No renewal was confirmed within a lease (Redis unreachable for
         // that long): the lock may be someone else's by now.
         for hold in expired {

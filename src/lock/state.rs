@@ -108,17 +108,31 @@ pub(crate) struct Counters {
     pub waiting: AtomicUsize,
 }
 
-/// A callback on its way to the `on_lost` thread.
+/// A callback on its way to the watcher thread.
 type Callback = Box<dyn FnOnce() + Send>;
+
+/// What the watcher thread is asked to do.
+enum Watch {
+    /// Run an `on_lost` callback.
+    Run(Callback),
+    /// At this instant (`now_ns`), mark the group's holds whose lease may
+    /// have run out lost.
+    Group(u64, Weak<RenewalGroup>),
+    /// At this instant, mark this explicit-lease hold lost if its lease
+    /// ran out.
+    Hold(u64, Weak<Hold>),
+}
 
 /// What every lock of one `Redwheel` shares.
 pub(crate) struct LockCtx {
     /// `"<16 hex digits>:"`, random per `Redwheel`.
     pub owner_prefix: String,
     pub counters: Counters,
-    /// Runs `on_lost` callbacks, off the wheel and driver threads; started
-    /// on first use.
-    lost_tx: OnceLock<Option<Sender<Callback>>>,
+    /// The watcher thread (started on first use): it marks holds lost when
+    /// their lease may have run out, whatever the driver thread is doing
+    /// (a round hung on a dead connection for up to the command timeout),
+    /// and runs `on_lost` callbacks, never on the wheel or driver thread.
+    watch_tx: OnceLock<Option<Sender<Watch>>>,
 }
 
 impl LockCtx {
@@ -133,7 +147,7 @@ impl LockCtx {
         LockCtx {
             owner_prefix: format!("{id:016x}:"),
             counters: Counters::default(),
-            lost_tx: OnceLock::new(),
+            watch_tx: OnceLock::new(),
         }
     }
 
@@ -142,36 +156,116 @@ impl LockCtx {
         format!("{}{}", self.owner_prefix, thread_seq())
     }
 
-    /// Runs `f` on the `on_lost` thread.
-    fn dispatch(&self, f: Callback) {
-        let tx = self.lost_tx.get_or_init(|| {
-            let (tx, rx) = crossbeam_channel::unbounded::<Callback>();
+    fn send(&self, msg: Watch) {
+        let tx = self.watch_tx.get_or_init(|| {
+            let (tx, rx) = crossbeam_channel::unbounded::<Watch>();
             let spawned = std::thread::Builder::new()
-                .name("redwheel-lock-lost".to_owned())
-                .spawn(move || {
-                    for f in rx {
-                        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-                            tracing::error!(target: "redwheel::lock", "an on_lost callback panicked");
-                        }
-                    }
-                });
+                .name("redwheel-lock-watch".to_owned())
+                .spawn(move || watch(&rx));
             match spawned {
                 Ok(_) => Some(tx),
                 Err(e) => {
-                    tracing::error!(target: "redwheel::lock", error = %e, "could not start the thread for on_lost callbacks; they will not run");
+                    tracing::error!(target: "redwheel::lock", error = %e, "could not start the lock watcher thread; on_lost callbacks will not run");
                     None
                 }
             }
         });
         if let Some(tx) = tx {
-            let _ = tx.send(f);
+            let _ = tx.send(msg);
         }
+    }
+
+    /// Runs `f` on the watcher thread.
+    fn dispatch(&self, f: Callback) {
+        self.send(Watch::Run(f));
+    }
+
+    /// Checks `group`'s leases at `at` (`now_ns`).
+    pub(crate) fn watch_group(&self, at: u64, group: Weak<RenewalGroup>) {
+        self.send(Watch::Group(at, group));
+    }
+
+    /// Checks an explicit-lease hold at `at` (`now_ns`).
+    pub(crate) fn watch_hold(&self, at: u64, hold: Weak<Hold>) {
+        self.send(Watch::Hold(at, hold));
     }
 
     pub(crate) fn note_renewal_gap(&self, gap_ns: u64) {
         self.counters
             .max_renewal_gap_ns
             .fetch_max(gap_ns, Ordering::Relaxed);
+    }
+}
+
+/// Runs an `on_lost` callback, catching a panic.
+fn run_callback(f: Callback) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        tracing::error!(target: "redwheel::lock", "an on_lost callback panicked");
+    }
+}
+
+/// The watcher thread: runs callbacks, and checks leases when they may
+/// have run out. Ends when every sender is gone (the `Redwheel` is).
+fn watch(rx: &crossbeam_channel::Receiver<Watch>) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    enum Due {
+        Group(Weak<RenewalGroup>),
+        Hold(Weak<Hold>),
+    }
+    let mut due: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
+    let mut targets: HashMap<u64, Due> = HashMap::new();
+    let mut next_id = 0u64;
+    loop {
+        let msg = match due.peek() {
+            None => match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => return,
+            },
+            Some(Reverse((at, _))) => {
+                let wait = Duration::from_nanos(at.saturating_sub(now_ns()));
+                match rx.recv_timeout(wait) {
+                    Ok(m) => Some(m),
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                }
+            }
+        };
+        let mut push = |at: u64, d: Due| {
+            next_id += 1;
+            targets.insert(next_id, d);
+            due.push(Reverse((at, next_id)));
+        };
+        match msg {
+            Some(Watch::Run(f)) => run_callback(f),
+            Some(Watch::Group(at, g)) => push(at, Due::Group(g)),
+            Some(Watch::Hold(at, h)) => push(at, Due::Hold(h)),
+            None => {}
+        }
+        let now = now_ns();
+        while let Some(&Reverse((at, id))) = due.peek() {
+            if at > now {
+                break;
+            }
+            due.pop();
+            match targets.remove(&id) {
+                Some(Due::Group(g)) => {
+                    if let Some(group) = g.upgrade()
+                        && let Some(next) = group.expire_check(now)
+                    {
+                        next_id += 1;
+                        targets.insert(next_id, Due::Group(g));
+                        due.push(Reverse((next, next_id)));
+                    }
+                }
+                Some(Due::Hold(h)) => {
+                    if let Some(h) = h.upgrade() {
+                        h.check_lost();
+                    }
+                }
+                None => {}
+            }
+        }
     }
 }
 
