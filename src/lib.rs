@@ -1,10 +1,10 @@
 //! # redwheel
 //!
-//! Timers, delayed jobs and (soon) leases that survive restarts, for
-//! synchronous Rust services: a Netty-style hashed timing wheel, and on top
-//! of it Redis-persisted delayed queues whose timing that wheel drives.
-//! Redis locks with a watchdog and Redis Cluster support are planned; they
-//! are not in this release.
+//! Timers, delayed jobs and leases that survive restarts, for synchronous
+//! Rust services: a Netty-style hashed timing wheel, and on top of it
+//! Redis-persisted delayed queues and Redis locks whose timing (transfers,
+//! lease renewals) that wheel drives. Redis Cluster support is planned; it
+//! is not in this release.
 //!
 //! ## The timer
 //!
@@ -74,6 +74,36 @@
 //! println!("{} was due at {:?}", m.payload(), m.due());
 //! assert_ne!(ErrorKind::Unavailable, ErrorKind::OutcomeUnknown);
 //! rw.shutdown(Duration::from_secs(5))?;
+//! # Ok::<(), redwheel::Error>(())
+//! ```
+//!
+//! ## Locks
+//!
+//! [`Redwheel::lock`] gives a reentrant Redis lock whose lease (30 s by
+//! default) the same runtime renews every lease / 3 while its guard lives,
+//! all of a process's locks in one pipelined round trip, so it lapses within
+//! one lease of its holder's death. Each acquisition carries a fencing
+//! token, strictly increasing per lock name, for the store the critical
+//! section writes to. A lease that is lost (the lock gone or taken over, or
+//! Redis unreachable for a whole lease) shows as [`LockGuard::is_lost`], an
+//! `on_lost` callback and [`ErrorKind::LockLost`] from the unlock. Waiters
+//! are woken by the unlock's notification, one per process. The [`lock`]
+//! module says what a lock can and cannot promise.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redwheel::Redwheel;
+//!
+//! let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+//! let lock = rw.lock("inventory:42").watchdog_lease(Duration::from_secs(5));
+//! let guard = lock.lock()?;                        // blocks until acquired
+//! let token = guard.fencing_token();               // strictly increasing per name
+//! // … write to the store with `token`; stop if guard.is_lost() …
+//! guard.unlock()?;                                 // Err(LockLost) if the lease was lost
+//! if let Some(g) = lock.try_lock(Duration::from_millis(200))? {
+//!     drop(g);                                     // dropping unlocks too
+//! }
+//! # let _ = token;
 //! # Ok::<(), redwheel::Error>(())
 //! ```
 //!

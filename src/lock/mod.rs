@@ -770,14 +770,6 @@ impl Lock {
                                 .saturating_add(1_000_000),
                         );
                     }
-                } else {
-                    reg.ctx.watch_hold(
-                        guard_hold
-                            .valid_until
-                            .load(Ordering::Acquire)
-                            .saturating_add(1_000_000),
-                        Arc::downgrade(&guard_hold),
-                    );
                 }
                 reg.ctx.counters.acquired.fetch_add(1, Ordering::Relaxed);
                 Ok(Attempt::Granted(LockGuard {
@@ -946,6 +938,7 @@ impl LockGuard {
                 hold.lose_at_unlock();
                 Err(lost_error())
             }
+            Err(e) if was_lost => Err(lost_error().with_cause(e)),
             Err(e) => Err(lock.wrap(
                 e,
                 "could not unlock; the lock lapses at the end of its lease",

@@ -118,9 +118,6 @@ enum Watch {
     /// At this instant (`now_ns`), mark the group's holds whose lease may
     /// have run out lost.
     Group(u64, Weak<RenewalGroup>),
-    /// At this instant, mark this explicit-lease hold lost if its lease
-    /// ran out.
-    Hold(u64, Weak<Hold>),
 }
 
 /// What every lock of one `Redwheel` shares.
@@ -185,11 +182,6 @@ impl LockCtx {
         self.send(Watch::Group(at, group));
     }
 
-    /// Checks an explicit-lease hold at `at` (`now_ns`).
-    pub(crate) fn watch_hold(&self, at: u64, hold: Weak<Hold>) {
-        self.send(Watch::Hold(at, hold));
-    }
-
     pub(crate) fn note_renewal_gap(&self, gap_ns: u64) {
         self.counters
             .max_renewal_gap_ns
@@ -204,17 +196,14 @@ fn run_callback(f: Callback) {
     }
 }
 
-/// The watcher thread: runs callbacks, and checks leases when they may
-/// have run out. Ends when every sender is gone (the `Redwheel` is).
+/// The watcher thread: runs callbacks, and checks watchdog leases when
+/// they may have run out (an explicit lease is checked by `is_lost` and
+/// the unlock). Ends when every sender is gone (the `Redwheel` is).
 fn watch(rx: &crossbeam_channel::Receiver<Watch>) {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-    enum Due {
-        Group(Weak<RenewalGroup>),
-        Hold(Weak<Hold>),
-    }
     let mut due: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
-    let mut targets: HashMap<u64, Due> = HashMap::new();
+    let mut targets: HashMap<u64, Weak<RenewalGroup>> = HashMap::new();
     let mut next_id = 0u64;
     loop {
         let msg = match due.peek() {
@@ -231,15 +220,13 @@ fn watch(rx: &crossbeam_channel::Receiver<Watch>) {
                 }
             }
         };
-        let mut push = |at: u64, d: Due| {
-            next_id += 1;
-            targets.insert(next_id, d);
-            due.push(Reverse((at, next_id)));
-        };
         match msg {
             Some(Watch::Run(f)) => run_callback(f),
-            Some(Watch::Group(at, g)) => push(at, Due::Group(g)),
-            Some(Watch::Hold(at, h)) => push(at, Due::Hold(h)),
+            Some(Watch::Group(at, g)) => {
+                next_id += 1;
+                targets.insert(next_id, g);
+                due.push(Reverse((at, next_id)));
+            }
             None => {}
         }
         let now = now_ns();
@@ -248,22 +235,13 @@ fn watch(rx: &crossbeam_channel::Receiver<Watch>) {
                 break;
             }
             due.pop();
-            match targets.remove(&id) {
-                Some(Due::Group(g)) => {
-                    if let Some(group) = g.upgrade()
-                        && let Some(next) = group.expire_check(now)
-                    {
-                        next_id += 1;
-                        targets.insert(next_id, Due::Group(g));
-                        due.push(Reverse((next, next_id)));
-                    }
-                }
-                Some(Due::Hold(h)) => {
-                    if let Some(h) = h.upgrade() {
-                        h.check_lost();
-                    }
-                }
-                None => {}
+            if let Some(g) = targets.remove(&id)
+                && let Some(group) = g.upgrade()
+                && let Some(next) = group.expire_check(now)
+            {
+                next_id += 1;
+                targets.insert(next_id, g);
+                due.push(Reverse((next, next_id)));
             }
         }
     }
