@@ -240,7 +240,16 @@ impl Job for RenewalJob {
             ));
         }
         Ok(if group.len() > 0 {
-            Next::After(group.period())
+            // Every period from the last round's sending, not from its
+            // reply: a round of 10,000 renewals takes Redis tens of ms,
+            // which must not add up into the schedule.
+            let took = Duration::from_nanos(now_ns().saturating_sub(sent));
+            Next::After(
+                group
+                    .period()
+                    .saturating_sub(took)
+                    .max(Duration::from_millis(1)),
+            )
         } else {
             Next::Idle
         })
