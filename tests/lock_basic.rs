@@ -107,12 +107,13 @@ fn the_watchdog_lease_is_the_ttl_right_after_acquisition() {
         .watchdog_lease(Duration::from_secs(7))
         .lock()
         .unwrap();
+    // LW-11: the lease, less the time since (generous: machines are busy).
     let ttl = server.int(&["PTTL", "redwheel:lock:{ttl}"]);
-    assert!((6_900..=7_000).contains(&ttl), "{ttl}");
+    assert!((5_000..=7_000).contains(&ttl), "{ttl}");
     drop(g);
     let g = rw.lock("ttl").lock().unwrap();
     let ttl = server.int(&["PTTL", "redwheel:lock:{ttl}"]);
-    assert!((29_900..=30_000).contains(&ttl), "default 30 s: {ttl}");
+    assert!((28_000..=30_000).contains(&ttl), "default 30 s: {ttl}");
     drop(g);
 }
 
@@ -193,7 +194,7 @@ fn force_unlock_frees_the_lock_and_the_holder_learns_it_lost_the_lease() {
     let tx = Mutex::new(tx);
     let guard = a
         .lock("force")
-        .watchdog_lease(Duration::from_millis(300))
+        .watchdog_lease(Duration::from_secs(1))
         .on_lost(move |lost| {
             let _ = tx.lock().unwrap().send((
                 lost.name().to_owned(),
@@ -248,7 +249,10 @@ fn a_waiter_is_woken_by_the_unlock_not_by_its_lease_bound() {
                     .arg("redwheel:lock:{wake}:unlock")
                     .query(&mut con)
                     .unwrap();
-                if subs[0].1 == 1 && waiter.lock_stats().waiting == 1 {
+                // Subscribed, and the attempt that follows the subscription
+                // (anything released before it was missed) is done.
+                let s = waiter.lock_stats();
+                if subs[0].1 == 1 && s.waiting == 1 && s.acquire_attempts == 2 {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(5));
@@ -276,33 +280,46 @@ fn one_unlock_wakes_one_waiter_of_a_process() {
     let (tx, rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let done_rx = Arc::new(Mutex::new(done_rx));
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let (w, tx, done) = (waiters.clone(), tx.clone(), Arc::clone(&done_rx));
-            std::thread::spawn(move || {
-                let g = w.lock("one").lock().unwrap();
-                tx.send(()).unwrap();
-                // Hold it until the test says so.
-                let _ = done.lock().unwrap().recv();
-                drop(g);
+    let spawn = |n: usize| -> Vec<_> {
+        (0..n)
+            .map(|_| {
+                let (w, tx, done) = (waiters.clone(), tx.clone(), Arc::clone(&done_rx));
+                std::thread::spawn(move || {
+                    let g = w.lock("one").lock().unwrap();
+                    tx.send(()).unwrap();
+                    // Hold it until the test says so.
+                    let _ = done.lock().unwrap().recv();
+                    drop(g);
+                })
             })
-        })
-        .collect();
-    within(HANG, {
+            .collect()
+    };
+    let settled = |attempts: u64, waiting: usize| {
         let w = waiters.clone();
-        move || {
-            while w.lock_stats().waiting < 4 {
+        within(HANG, move || {
+            loop {
+                let s = w.lock_stats();
+                if s.acquire_attempts >= attempts && s.waiting == waiting {
+                    break;
+                }
                 std::thread::sleep(Duration::from_millis(5));
             }
-        }
-    });
-    // Let the waiters settle (the subscription's first wake-up).
-    std::thread::sleep(Duration::from_millis(300));
+        })
+    };
+    // One waiter first: its attempt, the subscription, and the attempt
+    // that follows the subscription taking effect.
+    let mut threads = spawn(1);
+    settled(2, 1);
+    // Three more: one attempt each, the channel is subscribed already.
+    threads.extend(spawn(3));
+    settled(5, 4);
+    std::thread::sleep(Duration::from_millis(300)); // let the last attempt land
     let before = waiters.lock_stats().acquire_attempts;
     guard.unlock().unwrap();
     rx.recv_timeout(HANG).unwrap();
     std::thread::sleep(Duration::from_millis(300)); // would catch a herd
     let after = waiters.lock_stats().acquire_attempts;
+    assert_eq!(before, 5);
     assert_eq!(after - before, 1, "one waiter woken, one attempt");
     assert_eq!(waiters.lock_stats().waiting, 3);
     // Each release hands it to the next, through this process's own wake.
