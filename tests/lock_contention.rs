@@ -123,6 +123,7 @@ fn eight_threads_in_two_processes_never_overlap_and_tokens_increase() {
         .unwrap();
     let mine = contend(&server.url(), "parent", seconds());
     let out = child.wait_with_output().unwrap();
+    // (A panic above leaves the child to finish its own, bounded run.)
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the child failed:\n{text}");
     let theirs: u64 = text

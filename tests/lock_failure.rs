@@ -34,6 +34,16 @@ fn lost_channel() -> (
     )
 }
 
+/// A child process killed when the test ends, passed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// When run as the child of `a_holder_killed_with_sigkill_frees_the_lock_within_its_lease`
 /// (the env var names the server), takes the lock, prints its token and
 /// holds it until killed. Run normally, it does nothing.
@@ -70,6 +80,7 @@ fn a_holder_killed_with_sigkill_frees_the_lock_within_its_lease() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(child);
     let child_token: u64 = within(HANG, move || {
         for line in lines.by_ref() {
             if let Some(t) = line.unwrap().strip_prefix("token ") {
@@ -78,24 +89,26 @@ fn a_holder_killed_with_sigkill_frees_the_lock_within_its_lease() {
         }
         panic!("the child exited without the lock");
     });
-    // Its watchdog renews: the TTL climbs back up at least once.
+    // Its watchdog renews: the TTL climbs back up (by more than 100 ms
+    // over the lowest value seen) at least once.
     let key = "redwheel:lock:{killed}";
-    let first = server.int(&["PTTL", key]);
     within(HANG, {
         let url = server.url();
         move || {
             let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let mut low = i64::MAX;
             loop {
                 let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
-                if ttl > first {
+                if ttl > low.saturating_add(100) {
                     break;
                 }
+                low = low.min(ttl);
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
     });
-    child.kill().unwrap(); // SIGKILL: no unlock, no goodbye
-    child.wait().unwrap();
+    child.0.kill().unwrap(); // SIGKILL: no unlock, no goodbye
+    child.0.wait().unwrap();
     let killed = Instant::now();
     // Whatever the moment of death, at most one lease is left.
     let ttl = server.int(&["PTTL", key]);
