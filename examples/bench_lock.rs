@@ -45,24 +45,30 @@ fn l1(rw: &Redwheel, rep: usize, watchdog: bool) -> Result<(), Box<dyn std::erro
     let lock = rw.lock("bench-l1");
     // Warm up the connection and the scripts.
     drop(lock.lock()?);
+    let mut each = Vec::with_capacity(n);
     let t0 = Instant::now();
     for _ in 0..n {
+        let t = Instant::now();
         let g = if watchdog {
             lock.lock()?
         } else {
             lock.lock_with_lease(Duration::from_secs(30))?
         };
         g.unlock()?;
+        each.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let secs = t0.elapsed().as_secs_f64();
+    each.sort_by(f64::total_cmp);
     let test = if watchdog {
         "l1_uncontended"
     } else {
         "l1_lease"
     };
     println!(
-        r#"{{"test":"{test}","rep":{rep},"n":{n},"pairs_per_s":{:.0}}}"#,
-        n as f64 / secs
+        r#"{{"test":"{test}","rep":{rep},"n":{n},"pairs_per_s":{:.0},"pair_p50_us":{:.0},"pair_p99_us":{:.0}}}"#,
+        n as f64 / secs,
+        pct(&each, 0.5),
+        pct(&each, 0.99)
     );
     Ok(())
 }
@@ -218,15 +224,21 @@ fn raw_rs(url: &str, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
     );
     let n = 20_000;
     let _: Option<i64> = script.key("raw-lock").arg("owner").invoke(&mut con)?;
+    let mut each = Vec::with_capacity(n);
     let t0 = Instant::now();
     for _ in 0..n {
+        let t = Instant::now();
         let _: Option<i64> = script.key("raw-lock").arg("owner").invoke(&mut con)?;
+        each.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let secs = t0.elapsed().as_secs_f64();
+    each.sort_by(f64::total_cmp);
     println!(
-        r#"{{"test":"raw_rs_evalsha","rep":{rep},"round_trips_per_s":{:.0},"pairs_per_s_limit":{:.0}}}"#,
+        r#"{{"test":"raw_rs_evalsha","rep":{rep},"round_trips_per_s":{:.0},"pairs_per_s_limit":{:.0},"call_p50_us":{:.0},"call_p99_us":{:.0}}}"#,
         n as f64 / secs,
-        n as f64 / secs / 2.0
+        n as f64 / secs / 2.0,
+        pct(&each, 0.5),
+        pct(&each, 0.99)
     );
     Ok(())
 }
