@@ -93,8 +93,11 @@
 //! runtime's subscriber connection, one waiter per process per release (a
 //! release by this process also wakes one of its own waiters directly), not
 //! by polling. Each wait is also bounded by the holder's remaining lease,
-//! so a lost notification costs at most that. The lock is not fair: a
-//! woken waiter races with newcomers.
+//! so a lost notification costs at most that. The first wait on a lock name
+//! in a process subscribes its unlock channel (the subscriber takes a new
+//! channel up within about 100 ms); every waiter tries again once the
+//! subscription is in effect, so an unlock in between is not missed. The
+//! lock is not fair: a woken waiter races with newcomers.
 
 mod renewal;
 pub(crate) mod state;
@@ -189,7 +192,7 @@ pub struct LockStats {
     pub acquire_attempts: u64,
     /// Acquisitions and re-entries granted.
     pub acquired: u64,
-    /// Threads waiting for a lock now.
+    /// Threads in `lock` / `try_lock` now (waiting, or on their attempt).
     pub waiting: usize,
     /// Holds renewed by the watchdog now.
     pub watchdog_holds: usize,
