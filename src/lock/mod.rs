@@ -467,7 +467,10 @@ impl Lock {
 
     /// Takes the lock if it can within `wait` (zero: one attempt), with the
     /// watchdog. `Ok(None)` when it could not. If Redis stayed unreachable
-    /// until then, the last error is returned instead.
+    /// until then, the last error is returned instead; when that error is
+    /// [`ErrorKind::OutcomeUnknown`] the last attempt may have taken the
+    /// lock in Redis, unrenewed: it then lapses within the lease (a later
+    /// `lock` by the same thread takes it over at once).
     pub fn try_lock(&self, wait: Duration) -> Result<Option<LockGuard>, Error> {
         let lease = self.checked_watchdog_lease()?;
         self.acquire(Some(wait), lease, true)
