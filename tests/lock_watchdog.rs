@@ -155,6 +155,10 @@ fn renewals_crossing_unlocks_never_mark_the_next_hold_lost() {
     }
     assert!(!lost.load(Ordering::SeqCst), "after {n} lock/unlock pairs");
     assert_eq!(rw.lock_stats().lost, 0);
+    // Rounds that found only locks still being acquired sent nothing and
+    // failed nothing (the driver's connection was never dropped for them).
+    let d = rw.driver_stats();
+    assert_eq!((d.failed_rounds, d.reconnects), (0, 0), "{d:?}");
     assert_eq!(rw.lock_stats().watchdog_holds, 0);
     // Nothing renews the released lock: it is gone and stays gone.
     let rounds = rw.lock_stats().renewal_rounds;

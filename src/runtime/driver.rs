@@ -944,11 +944,21 @@ impl<T: Transport> Runner<T> {
             jobs = round.len(),
             commands = self.commands.len()
         );
-        let result = span.in_scope(|| self.transport.round_trip(&self.commands));
+        // A round whose jobs had nothing to send (a lock renewal group with
+        // no lock held yet) is no round trip: the redis crate refuses an
+        // empty pipeline, and the connection would be dropped for it.
+        let empty = self.commands.len() == 0;
+        let result = if empty {
+            Ok(Vec::new())
+        } else {
+            span.in_scope(|| self.transport.round_trip(&self.commands))
+        };
         let now = self.shared.timer.now();
         let shared = Arc::clone(&self.shared);
         let stats = &shared.stats;
-        stats.rounds.fetch_add(1, Ordering::Relaxed);
+        if !empty {
+            stats.rounds.fetch_add(1, Ordering::Relaxed);
+        }
         stats
             .commands
             .fetch_add(self.commands.len() as u64, Ordering::Relaxed);
