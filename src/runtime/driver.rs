@@ -944,9 +944,9 @@ impl<T: Transport> Runner<T> {
             jobs = round.len(),
             commands = self.commands.len()
         );
-        // A round whose jobs had nothing to send (a lock renewal group with
-        // no lock held yet) is no round trip: the redis crate refuses an
-        // empty pipeline, and the connection would be dropped for it.
+        // A round whose jobs had nothing to send this time (a group job
+        // with no member ready) is no round trip: the redis crate refuses
+        // an empty pipeline, and the connection would be dropped for it.
         let empty = self.commands.len() == 0;
         let result = if empty {
             Ok(Vec::new())

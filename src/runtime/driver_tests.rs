@@ -564,8 +564,8 @@ fn a_deadline_is_kept_while_the_wheel_thread_is_held_up() {
     let _ = driver.shutdown(Instant::now() + Duration::from_secs(10));
 }
 
-/// A job with nothing to send this time (a lock renewal group whose only
-/// lock is still being acquired).
+/// A job with nothing to send this time (a group job whose members are
+/// not ready yet).
 struct EmptyJob {
     replies: AtomicU64,
 }
