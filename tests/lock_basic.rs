@@ -24,6 +24,13 @@ fn raw(server: &RedisServer) -> redis::Connection {
 }
 
 #[test]
+fn lock_handles_are_shared_between_threads() {
+    fn send_sync_clone<T: Send + Sync + Clone>() {}
+    send_sync_clone::<redwheel::Lock>();
+    send_sync_clone::<redwheel::LeaseLost>();
+}
+
+#[test]
 fn a_held_lock_excludes_another_instance_and_dropping_the_guard_frees_it() {
     let server = RedisServer::start();
     let (a, b) = (connect(&server), connect(&server));
@@ -196,6 +203,9 @@ fn force_unlock_frees_the_lock_and_the_holder_learns_it_lost_the_lease() {
         .lock("force")
         .watchdog_lease(Duration::from_secs(1))
         .on_lost(move |lost| {
+            // Never on the wheel or driver thread: on the lock watcher's.
+            let thread = std::thread::current().name().map(str::to_owned);
+            assert_eq!(thread.as_deref(), Some("redwheel-lock-watch"));
             let _ = tx.lock().unwrap().send((
                 lost.name().to_owned(),
                 lost.fencing_token(),
