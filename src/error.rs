@@ -88,6 +88,12 @@ pub enum ErrorKind {
     /// A message's payload could not be decoded. The message was not lost:
     /// it is kept as a dead letter. [`Error::message_id`] names it.
     Decode,
+    /// A lock's lease was lost while it was held: it lapsed (the holder
+    /// could not renew it in time) or the lock was taken from it
+    /// (`force_unlock`, another owner after the lapse). What the holder did
+    /// under it may have overlapped with another holder; its fencing token
+    /// lets a store reject the stale writes. Not transient.
+    LockLost,
     /// Redis cannot be reached (connection refused or reset before the
     /// command was sent) or is not ready (loading, failing over). The
     /// command did not take effect. Transient.
@@ -146,6 +152,7 @@ impl ErrorKind {
             ErrorKind::PayloadTooLarge => "payload too large",
             ErrorKind::Encode => "encoding failed",
             ErrorKind::Decode => "decoding failed",
+            ErrorKind::LockLost => "lock lost",
             ErrorKind::Unavailable => "redis unavailable",
             ErrorKind::OutcomeUnknown => "outcome unknown",
             ErrorKind::NotReplicated => "not replicated",
@@ -169,8 +176,8 @@ impl fmt::Display for ErrorKind {
     }
 }
 
-/// Why a Redis-backed operation failed: connecting, a queue operation, and
-/// (later) a lock.
+/// Why a Redis-backed operation failed: connecting, a queue operation, or
+/// a lock.
 ///
 /// [`kind`](Error::kind) says what happened; [`is_transient`] and
 /// [`is_invalid_input`] say what to do about it; [`queue`](Error::queue)

@@ -1,10 +1,10 @@
 //! # redwheel
 //!
-//! Timers, delayed jobs and (soon) leases that survive restarts, for
-//! synchronous Rust services: a Netty-style hashed timing wheel, and on top
-//! of it Redis-persisted delayed queues whose timing that wheel drives, on
-//! one Redis or a Redis Cluster ([`Redwheel::connect_cluster`]). Redis locks
-//! with a watchdog are planned; they are not in this release.
+//! Timers, delayed jobs and leases that survive restarts, for synchronous
+//! Rust services: a Netty-style hashed timing wheel, and on top of it
+//! Redis-persisted delayed queues and Redis locks whose timing (transfers,
+//! redeliveries, lease renewals) that wheel drives, on one Redis or a Redis
+//! Cluster ([`Redwheel::connect_cluster`]).
 //!
 //! ## The timer
 //!
@@ -78,6 +78,36 @@
 //! # Ok::<(), redwheel::Error>(())
 //! ```
 //!
+//! ## Locks
+//!
+//! [`Redwheel::lock`] gives a reentrant Redis lock whose lease (30 s by
+//! default) the same runtime renews every lease / 3 while its guard lives,
+//! all of a process's locks in one pipelined round trip, so it lapses within
+//! one lease of its holder's death. Each acquisition carries a fencing
+//! token, strictly increasing per lock name, for the store the critical
+//! section writes to. A lease that is lost (the lock gone or taken over, or
+//! Redis unreachable for a whole lease) shows as [`LockGuard::is_lost`], an
+//! `on_lost` callback and [`ErrorKind::LockLost`] from the unlock. Waiters
+//! are woken by the unlock's notification, one per process. The [`lock`]
+//! module says what a lock can and cannot promise.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redwheel::Redwheel;
+//!
+//! let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+//! let lock = rw.lock("inventory:42").watchdog_lease(Duration::from_secs(5));
+//! let guard = lock.lock()?;                        // blocks until acquired
+//! let token = guard.fencing_token();               // strictly increasing per name
+//! // … write to the store with `token`; stop if guard.is_lost() …
+//! guard.unlock()?;                                 // Err(LockLost) if the lease was lost
+//! if let Some(g) = lock.try_lock(Duration::from_millis(200))? {
+//!     drop(g);                                     // dropping unlocks too
+//! }
+//! # let _ = token;
+//! # Ok::<(), redwheel::Error>(())
+//! ```
+//!
 //! ## Errors
 //!
 //! The timer has its own [`TimerError`]. Everything Redis-backed returns one
@@ -98,6 +128,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+pub mod lock;
 pub mod queue;
 mod runtime;
 mod scripts;
@@ -107,6 +138,7 @@ mod scripts;
 pub mod timer;
 
 pub use error::{Error, ErrorKind, TimerError};
+pub use lock::{LeaseLost, Lock, LockGuard, LockStats, LostCause};
 pub use queue::{
     Codec, Consumer, ConsumerOptions, DeadLetter, Delivery, Message, MessageId, Nacked, Queue,
     QueueOptions, QueueStats,

@@ -69,6 +69,22 @@ pub(crate) static STATS: LazyLock<Script> =
 pub(crate) static LEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/len.lua")));
 
+/// `lua/lock_acquire.lua`: takes or re-enters a lock, with a fencing token.
+pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_acquire.lua")));
+
+/// `lua/lock_release.lua`: one unlock by the owner of one hold.
+pub(crate) static LOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_release.lua")));
+
+/// `lua/lock_renew.lua`: the watchdog's renewal of one hold.
+pub(crate) static LOCK_RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_renew.lua")));
+
+/// `lua/lock_force_release.lua`: releases a lock whoever holds it.
+pub(crate) static LOCK_FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_force_release.lua")));
+
 /// Most messages one `offer_batch.lua` call carries (3 ARGV each; Lua's
 /// `unpack` stops at 8,000 values).
 pub(crate) const BATCH_OFFER_MAX: usize = 1_000;

@@ -19,7 +19,8 @@ const HANG: Duration = Duration::from_secs(60);
 const REDWHEEL_ACL: &str = "resetkeys ~redwheel:* resetchannels &redwheel:* -@all \
      +evalsha +script|load +time +ping +client|setinfo +blmove +zcard +zrange \
      +ssubscribe +sunsubscribe \
-     +hexists +hget +hset +hdel +hlen +zadd +zrem +zrangebyscore +rpush +lpop +del +spublish";
+     +hexists +hget +hset +hdel +hlen +zadd +zrem +zrangebyscore +rpush +lpop +del +spublish \
+     +exists +incrby +pttl +pexpire";
 
 /// Adds ACL user `name` with password `password` and `rules`.
 fn add_user(server: &RedisServer, name: &str, password: &str, rules: &str) {

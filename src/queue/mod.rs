@@ -883,6 +883,12 @@ impl<T: Codec> Queue<T> {
         let rt = self.rt();
         let max_block = rt.options.max_block;
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+        let pop = Pop {
+            script,
+            keys,
+            args,
+            header,
+        };
         loop {
             if rt.is_shut_down() {
                 return Err(self.tag(shut_down()));
@@ -898,15 +904,7 @@ impl<T: Codec> Queue<T> {
                 }
                 Err(e) => return Err(self.tag(e)),
             };
-            match self.pop_round(
-                &mut con.con,
-                deadline,
-                max_block,
-                script,
-                keys,
-                args,
-                header,
-            ) {
+            match self.pop_round(&mut con.con, deadline, max_block, &pop) {
                 Ok(Some(value)) => {
                     rt.put_blocking(con);
                     return Ok(Some(value));
@@ -955,11 +953,14 @@ impl<T: Codec> Queue<T> {
         con: &mut Conn,
         deadline: Option<Instant>,
         max_block: Duration,
-        script: &redis::Script,
-        keys: &[&str],
-        args: &[&[u8]],
-        header: usize,
+        pop: &Pop<'_>,
     ) -> redis::RedisResult<Option<redis::Value>> {
+        let Pop {
+            script,
+            keys,
+            args,
+            header,
+        } = *pop;
         let invoke = |con: &mut Conn| -> redis::RedisResult<redis::Value> {
             let mut inv = script.prepare_invoke();
             for k in keys {
@@ -1161,4 +1162,15 @@ fn check_id(id: &MessageId) -> Result<(), Error> {
         ErrorKind::InvalidId,
         format!("invalid message id {:?}: {reason}", id.0),
     ))
+}
+
+/// A pop script with its keys and arguments, for [`Queue::wait_pop`]: the
+/// script replies `Nil`, or an array of at most `header` elements, when it
+/// found nothing.
+#[derive(Clone, Copy)]
+struct Pop<'a> {
+    script: &'a redis::Script,
+    keys: &'a [&'a str],
+    args: &'a [&'a [u8]],
+    header: usize,
 }

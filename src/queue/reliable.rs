@@ -288,6 +288,10 @@ pub struct QueueStats {
     pub next_due: Option<SystemTime>,
 }
 
+/// Claimed deliveries (or the decode errors of messages moved to the dead
+/// letters), and how many acks sent along were refused.
+pub(crate) type Claims<T> = (Vec<Result<Delivery<T>, Error>>, u64);
+
 /// 64 random bits per process, then a counter: claim tokens no two claims
 /// share.
 fn token_prefix() -> String {
@@ -367,7 +371,7 @@ impl<T: Codec> Queue<T> {
         acks: &[(String, String)],
         n: usize,
         wait: Duration,
-    ) -> Result<(Vec<Result<Delivery<T>, Error>>, u64), Error> {
+    ) -> Result<Claims<T>, Error> {
         let keys = &self.state.keys;
         let key_list = [
             keys.ready.as_str(),
@@ -428,10 +432,7 @@ impl<T: Codec> Queue<T> {
 
     /// Reads claim.lua's reply: the deliveries (or the decode errors of
     /// the messages moved to the dead letters) and the refused acks.
-    fn read_claims(
-        &self,
-        reply: redis::Value,
-    ) -> Result<(Vec<Result<Delivery<T>, Error>>, u64), Error> {
+    fn read_claims(&self, reply: redis::Value) -> Result<Claims<T>, Error> {
         let protocol = |what: &str| {
             self.tag(Error::new(
                 ErrorKind::Protocol,

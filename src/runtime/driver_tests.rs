@@ -564,3 +564,47 @@ fn a_deadline_is_kept_while_the_wheel_thread_is_held_up() {
     drop(release);
     let _ = driver.shutdown(Instant::now() + Duration::from_secs(10));
 }
+
+/// A job with nothing to send this time (a group job whose members are
+/// not ready yet).
+struct EmptyJob {
+    replies: AtomicU64,
+}
+
+impl Job for EmptyJob {
+    fn describe(&self) -> String {
+        "empty job".to_owned()
+    }
+
+    fn commands(&self, _out: &mut Commands) {}
+
+    fn on_reply(&self, replies: &[Value]) -> Result<Next, Error> {
+        assert!(replies.is_empty());
+        self.replies.fetch_add(1, Ordering::SeqCst);
+        Ok(Next::After(ms(100)))
+    }
+}
+
+#[test]
+fn a_round_with_nothing_to_send_is_no_round_trip_and_no_failure() {
+    let rig = Rig::new();
+    let empty = Arc::new(EmptyJob {
+        replies: AtomicU64::new(0),
+    });
+    assert!(rig.driver.register(
+        "empty",
+        Arc::clone(&empty) as Arc<dyn Job>,
+        Deadline::Now,
+        None
+    ));
+    rig.clock.settle();
+    rig.driver.settle();
+    assert_eq!(empty.replies.load(Ordering::SeqCst), 1);
+    rig.advance(ms(100));
+    rig.advance(MS);
+    assert_eq!(empty.replies.load(Ordering::SeqCst), 2, "on its schedule");
+    assert!(rig.wire.rounds().is_empty(), "nothing went on the wire");
+    let stats = rig.driver.stats();
+    assert_eq!((stats.rounds, stats.failed_rounds), (0, 0));
+    assert_eq!(rig.wire.connects.load(Ordering::SeqCst), 0);
+}

@@ -421,6 +421,28 @@ impl Redwheel {
         self.handle.rt.server_clock.skew(ms);
     }
 
+    /// Test hook: holds the runtime's wheel thread up for `stall` with a
+    /// deliberately slow wheel task, and returns once that task has begun
+    /// (or after 10 s). Work due meanwhile must not wait for it: the
+    /// driver's backstop runs it. Not part of the API.
+    #[doc(hidden)]
+    pub fn stall_wheel_for_tests(&self, stall: Duration) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let task = move || {
+            let _ = tx.send(());
+            std::thread::sleep(stall);
+        };
+        if self
+            .handle
+            .rt
+            .driver
+            .run_on_wheel_for_tests(Duration::from_millis(1), task)
+            .is_ok()
+        {
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+        }
+    }
+
     pub(crate) fn runtime(&self) -> &Arc<Runtime> {
         &self.handle.rt
     }
@@ -469,6 +491,20 @@ impl Runtime {
         match &self.backend {
             Backend::Node { commands, .. } => commands.run(access, f),
             Backend::Cluster(c) => c.run(route.as_bytes(), access, f),
+        }
+    }
+
+    /// As [`run`](Runtime::run), but sends `f` exactly once: no hidden
+    /// resend on a pooled connection that died, no redirect followed.
+    pub(crate) fn run_once<R>(
+        &self,
+        route: &str,
+        access: Access,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<R, Error> {
+        match &self.backend {
+            Backend::Node { commands, .. } => commands.run_once(access, f),
+            Backend::Cluster(c) => c.run_once(route.as_bytes(), access, f),
         }
     }
 

@@ -358,6 +358,24 @@ impl Pool {
         }
     }
 
+    /// As [`run`](Pool::run), but sends `f` once: a pooled connection that
+    /// turns out dead is not replaced and the call not resent (for callers
+    /// that must tell "applied before" from "applied now").
+    pub(crate) fn run_once<R>(
+        &self,
+        access: Access,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<R, Error> {
+        let (mut con, was_idle) = self.get()?;
+        match f(&mut con) {
+            Ok(r) => {
+                self.put_back(con, was_idle);
+                Ok(r)
+            }
+            Err(e) => Err(Error::from_redis(e, access)),
+        }
+    }
+
     /// A fresh connection whose connect and I/O fit in what is left of a
     /// call's budget (the pool's I/O timeout) since `started`.
     fn open_within(&self, started: Instant) -> Result<Conn, Error> {

@@ -395,3 +395,197 @@ pub fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send +
         }
     }
 }
+
+/// A TCP proxy in front of a server, to cut one client off from Redis
+/// while everyone else still reaches it: it can freeze every connection
+/// (a network partition: nothing passes, nothing is closed), cut them all,
+/// or let a command through and drop its reply (a reply lost on the wire).
+pub struct Proxy {
+    port: u16,
+    shared: std::sync::Arc<ProxyShared>,
+}
+
+struct ProxyShared {
+    target: u16,
+    frozen: std::sync::atomic::AtomicBool,
+    stop: std::sync::atomic::AtomicBool,
+    /// Both ends of every connection, to cut them.
+    streams: std::sync::Mutex<Vec<TcpStream>>,
+    /// A command holding these bytes gets through; its reply is dropped,
+    /// the connection is cut and the proxy freezes.
+    drop_reply_to: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Replies dropped so far.
+    dropped: AtomicU64,
+}
+
+impl Proxy {
+    /// Starts a proxy to the server on `target` (a port on 127.0.0.1).
+    pub fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let shared = std::sync::Arc::new(ProxyShared {
+            target,
+            frozen: std::sync::atomic::AtomicBool::new(false),
+            stop: std::sync::atomic::AtomicBool::new(false),
+            streams: std::sync::Mutex::new(Vec::new()),
+            drop_reply_to: std::sync::Mutex::new(None),
+            dropped: AtomicU64::new(0),
+        });
+        let s = std::sync::Arc::clone(&shared);
+        std::thread::spawn(move || {
+            while !s.stop.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let Ok(server) = TcpStream::connect(("127.0.0.1", s.target)) else {
+                            continue;
+                        };
+                        let _ = client.set_nonblocking(false);
+                        {
+                            let mut all = s.streams.lock().unwrap();
+                            all.push(client.try_clone().unwrap());
+                            all.push(server.try_clone().unwrap());
+                        }
+                        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                        let (s1, s2) = (std::sync::Arc::clone(&s), std::sync::Arc::clone(&s));
+                        let (c1, c2) = (client.try_clone().unwrap(), client);
+                        let (v1, v2) = (server.try_clone().unwrap(), server);
+                        let cut2 = std::sync::Arc::clone(&cut);
+                        std::thread::spawn(move || pump(&s1, c1, v1, true, &cut));
+                        std::thread::spawn(move || pump(&s2, v2, c2, false, &cut2));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Proxy { port, shared }
+    }
+
+    /// The URL of the server through the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Stops passing bytes either way (connections stay open).
+    pub fn freeze(&self) {
+        self.shared.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Passes bytes again.
+    pub fn thaw(&self) {
+        self.shared.frozen.store(false, Ordering::SeqCst);
+    }
+
+    /// Closes every connection made so far.
+    pub fn cut(&self) {
+        for s in self.shared.streams.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// The next command that holds `pattern` reaches the server, but its
+    /// reply is dropped, its connection cut, and the proxy frozen (until
+    /// [`thaw`](Proxy::thaw)).
+    pub fn drop_reply_to(&self, pattern: &[u8]) {
+        *self.shared.drop_reply_to.lock().unwrap() = Some(pattern.to_vec());
+    }
+
+    /// Replies dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.thaw();
+        self.cut();
+    }
+}
+
+/// Copies `from` to `to` until either closes; `up` is client → server.
+fn pump(
+    shared: &ProxyShared,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    up: bool,
+    cut: &std::sync::atomic::AtomicBool,
+) {
+    let _ = from.set_read_timeout(Some(Duration::from_millis(5)));
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        if shared.frozen.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(_) => break,
+        };
+        let data = &buf[..n];
+        if up {
+            let mut pattern = shared.drop_reply_to.lock().unwrap();
+            if pattern
+                .as_ref()
+                .is_some_and(|p| data.windows(p.len()).any(|w| w == p.as_slice()))
+            {
+                *pattern = None;
+                cut.store(true, Ordering::SeqCst);
+            }
+        } else if cut.load(Ordering::SeqCst) {
+            // The reply: dropped; the connection is cut, the proxy frozen.
+            shared.frozen.store(true, Ordering::SeqCst);
+            shared.dropped.fetch_add(1, Ordering::SeqCst);
+            let _ = from.shutdown(std::net::Shutdown::Both);
+            let _ = to.shutdown(std::net::Shutdown::Both);
+            break;
+        }
+        if to.write_all(data).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+/// Adds ACL user `name` with password `password` and `rules` (dropping
+/// `+client|setinfo` on servers older than 7.2, which do not know it).
+pub fn add_acl_user(server: &RedisServer, name: &str, password: &str, rules: &str) {
+    let known = server.cmd(&["COMMAND", "INFO", "client|setinfo"]);
+    let rules = if known.contains("setinfo") {
+        rules.to_owned()
+    } else {
+        rules.replace(" +client|setinfo", "")
+    };
+    let pass = format!(">{password}");
+    let mut args = vec!["ACL", "SETUSER", name, "on", pass.as_str()];
+    args.extend(rules.split_whitespace());
+    let reply = server.cmd(&args);
+    assert_eq!(reply.trim(), "+OK", "ACL SETUSER {rules}: {reply}");
+}
+
+/// The least-privilege ACL rules of the README's "Connecting in
+/// production" line (what follows `>PASSWORD`), read from the README
+/// itself so the documented line is the one tested.
+pub fn readme_acl_rules() -> String {
+    let readme = include_str!("../../README.md");
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("ACL SETUSER redwheel on >PASSWORD "))
+        .expect("the README's ACL line");
+    line["ACL SETUSER redwheel on >PASSWORD ".len()..].to_owned()
+}

@@ -1,0 +1,28 @@
+-- lock_release.lua: one unlock by the owner of one hold of lock L.
+--
+-- KEYS[1]  redwheel:lock:{L}          HASH  <owner> -> hold count, 'token' -> fencing token
+-- KEYS[2]  redwheel:lock:{L}:unlock   channel (only PUBLISHed to)
+-- ARGV[1]  owner: "<instance id>:<thread>"
+-- ARGV[2]  the fencing token of the hold being unlocked
+-- ARGV[3]  the hold count left after this unlock (the caller's own count - 1)
+--
+-- Reply: ARGV[3] (>= 1) when the hold is still held (a reentrant unlock); 0 when this unlock
+--        released the lock (the hash is deleted and the token is published on the channel,
+--        waking one waiter per process); -1 when the hold is not there: its lease lapsed,
+--        it was force-unlocked, or an earlier attempt of this very unlock released it.
+--
+-- Invariant: only the owner of this very hold (owner field and token both match) changes
+-- the lock; another owner's lock is never touched, even by a retry that comes after the
+-- lock changed hands. The count is set to an absolute value, so a retried unlock never
+-- counts twice. The TTL is left as it is.
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  return -1
+end
+local left = tonumber(ARGV[3])
+if left > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return left
+end
+redis.call('DEL', KEYS[1])
+redis.call('SPUBLISH', KEYS[2], ARGV[2])
+return 0
