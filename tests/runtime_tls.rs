@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use redwheel::{ErrorKind, Redwheel, RedwheelOptions};
-use support::{RedisServer, free_port, within};
+use support::{RedisServer, ScratchDir, free_port, within};
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -37,8 +37,9 @@ fn make_certificates(dir: &Path) -> String {
 }
 
 /// A server with its plain port (for the test's own checks) and a TLS
-/// port on a fresh certificate; returns it, its TLS port and the CA PEM.
-fn tls_server() -> (RedisServer, u16, String) {
+/// port on a fresh certificate; returns it, its TLS port, the CA PEM and
+/// the certificates' directory (removed when dropped).
+fn tls_server() -> (RedisServer, u16, String, ScratchDir) {
     let certs = RedisServer::scratch_dir("tls");
     let ca = make_certificates(&certs);
     let tls_port = free_port();
@@ -55,12 +56,12 @@ fn tls_server() -> (RedisServer, u16, String) {
         "--tls-auth-clients",
         "no",
     ]);
-    (server, tls_port, ca)
+    (server, tls_port, ca, certs)
 }
 
 #[test]
 fn a_queue_works_over_tls_with_a_trusted_certificate() {
-    let (server, tls_port, ca) = tls_server();
+    let (server, tls_port, ca, _certs) = tls_server();
     let rw = Redwheel::connect_with(
         &format!("rediss://127.0.0.1:{tls_port}/"),
         RedwheelOptions::default().tls_root_certificate(ca.into_bytes()),
@@ -84,7 +85,7 @@ fn a_queue_works_over_tls_with_a_trusted_certificate() {
 
 #[test]
 fn an_untrusted_certificate_is_a_clear_non_transient_error_not_a_retry_loop() {
-    let (_server, tls_port, _ca) = tls_server();
+    let (_server, tls_port, _ca, _certs) = tls_server();
     // Trust another CA than the one that signed the server's certificate.
     let other = RedisServer::scratch_dir("other-ca");
     let other_ca = make_certificates(&other);
@@ -106,7 +107,7 @@ fn an_untrusted_certificate_is_a_clear_non_transient_error_not_a_retry_loop() {
 
 #[test]
 fn plain_redis_on_a_tls_port_and_tls_on_a_plain_port_fail_cleanly() {
-    let (server, tls_port, ca) = tls_server();
+    let (server, tls_port, ca, _certs) = tls_server();
     // TLS to a plain port: the server never answers the handshake, which
     // looks like a slow server (so it stays transient), but the message
     // names the likely cause.

@@ -55,8 +55,8 @@ impl RedisServer {
     }
 
     /// A new private directory for files a server needs before it starts
-    /// (certificates); removed when the test process's temp dir is.
-    pub fn scratch_dir(name: &str) -> PathBuf {
+    /// (certificates); removed when the returned guard is dropped.
+    pub fn scratch_dir(name: &str) -> ScratchDir {
         let dir = std::env::temp_dir().join(format!(
             "redwheel-test-{}-{}-{name}",
             std::process::id(),
@@ -64,7 +64,7 @@ impl RedisServer {
         ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("create a scratch directory");
-        dir
+        ScratchDir(dir)
     }
 
     fn start_with(appendonly: bool, extra: Vec<String>) -> RedisServer {
@@ -312,6 +312,23 @@ impl RedisServer {
     /// The directory holding the log (and any persistence files).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// A private directory, removed with everything in it on drop.
+pub struct ScratchDir(PathBuf);
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
