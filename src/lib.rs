@@ -119,9 +119,9 @@
 //! ## Features
 //!
 //! * `serde`: JSON payloads through serde, `rw.queue::<Json<T>>(…)`
-//!   ([`queue::Json`]).
+//!   (`queue::Json`).
 //! * `tls`: `rediss://` URLs, through the `redis` crate's rustls support;
-//!   [`RedwheelOptions::tls_root_certificate`] trusts a private CA.
+//!   `RedwheelOptions::tls_root_certificate` trusts a private CA.
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]

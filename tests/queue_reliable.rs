@@ -306,6 +306,19 @@ fn stats_count_every_state_and_the_oldest_overdue() {
 
 #[test]
 fn a_consumer_pool_acks_what_succeeds_and_treats_a_panic_as_a_failure() {
+    // Four claimers each running its one worker's handler itself.
+    pool_acks_and_fails_a_panic(ConsumerOptions::default().concurrency(4));
+}
+
+#[test]
+fn a_claimer_feeding_worker_threads_acks_what_succeeds_and_fails_a_panic() {
+    // One claimer handing messages to four worker threads, and three
+    // claimers sharing seven.
+    pool_acks_and_fails_a_panic(ConsumerOptions::default().concurrency(4).claimers(1));
+    pool_acks_and_fails_a_panic(ConsumerOptions::default().concurrency(7).claimers(3));
+}
+
+fn pool_acks_and_fails_a_panic(options: ConsumerOptions) {
     let (_server, rw) = setup();
     let q = rw.queue_with::<String>("pool", short(5_000)).unwrap();
     let n = 200;
@@ -321,9 +334,7 @@ fn a_consumer_pool_acks_what_succeeds_and_treats_a_panic_as_a_failure() {
         let handled = Arc::clone(&handled);
         let panicked = Arc::clone(&panicked);
         q.consume(
-            ConsumerOptions::default()
-                .concurrency(4)
-                .retry_backoff(Duration::from_millis(5), Duration::from_millis(5)),
+            options.retry_backoff(Duration::from_millis(5), Duration::from_millis(5)),
             move |d| -> Result<(), String> {
                 if d.payload() == "p7" && d.attempt() == 1 {
                     panicked.fetch_add(1, Ordering::SeqCst);
@@ -481,6 +492,8 @@ fn invalid_consumer_and_queue_options_are_rejected() {
     let q = rw.queue::<String>("bad-consumer").unwrap();
     for opts in [
         ConsumerOptions::default().concurrency(0),
+        ConsumerOptions::default().concurrency(2).claimers(0),
+        ConsumerOptions::default().concurrency(2).claimers(3),
         ConsumerOptions::default().poll(Duration::ZERO),
         ConsumerOptions::default().handler_timeout(Duration::ZERO),
         ConsumerOptions::default().retry_backoff(Duration::from_secs(2), Duration::from_secs(1)),

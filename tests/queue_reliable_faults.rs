@@ -52,8 +52,10 @@ fn child_process_consumer() {
     let client = redis::Client::open(url.as_str()).unwrap();
     let consumer = q
         .consume(
+            // Two claimers, each feeding three worker threads.
             ConsumerOptions::default()
-                .concurrency(4)
+                .concurrency(6)
+                .claimers(2)
                 .retry_backoff(Duration::from_millis(10), Duration::from_millis(50)),
             move |d| {
                 let mut con = client.get_connection().map_err(|e| e.to_string())?;
@@ -155,8 +157,10 @@ fn redis_killed_and_restarted_during_consumption_loses_nothing() {
     let client = redis::Client::open(url.as_str()).unwrap();
     let consumer = q
         .consume(
+            // Two claimers, each feeding three worker threads.
             ConsumerOptions::default()
-                .concurrency(4)
+                .concurrency(6)
+                .claimers(2)
                 .retry_backoff(Duration::from_millis(10), Duration::from_millis(50)),
             move |d| {
                 let mut con = client.get_connection().map_err(|e| e.to_string())?;

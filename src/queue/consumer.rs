@@ -1,9 +1,12 @@
 //! [`Queue::consume`]: a pool of worker threads that claim, run a handler,
 //! and ack or nack.
 //!
-//! * A dispatcher thread claims for the free workers only (as many
-//!   messages as there are free workers, in one script call), so nothing
-//!   waits in local memory: a message is either in Redis or being handled.
+//! * Claimer threads (`ConsumerOptions::claimers`, by default one per
+//!   worker up to four) share the workers out; each claims for its own free
+//!   workers only (as many messages as it has free workers, in one script
+//!   call), so nothing waits in local memory: a message is either in Redis
+//!   or being handled. A claimer with one worker runs the handler itself;
+//!   several claimers keep several claims in flight at once.
 //! * `Ok` acks (the acks of finished handlers travel with the next claim, in
 //!   the same script call: at most one round trip per message while
 //!   messages keep coming, fewer when several workers free up together);
@@ -39,6 +42,7 @@ use crate::scripts;
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {
     concurrency: usize,
+    claimers: Option<usize>,
     handler_timeout: Option<Duration>,
     retry_min: Duration,
     retry_max: Duration,
@@ -50,6 +54,7 @@ impl Default for ConsumerOptions {
     fn default() -> Self {
         ConsumerOptions {
             concurrency: 1,
+            claimers: None,
             handler_timeout: None,
             retry_min: Duration::from_secs(1),
             retry_max: Duration::from_secs(300),
@@ -64,6 +69,17 @@ impl ConsumerOptions {
     /// default 1).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
+        self
+    }
+
+    /// Threads that claim messages for the workers (1 ..= `concurrency`;
+    /// default `min(concurrency, 4)`). The workers are split among them;
+    /// each claims for its own free workers only, in one script call that
+    /// also carries their acks. A claimer with a single worker runs the
+    /// handler itself. More claimers keep more claims in flight (faster
+    /// with short handlers); fewer use fewer connections.
+    pub fn claimers(mut self, n: usize) -> Self {
+        self.claimers = Some(n);
         self
     }
 
@@ -113,6 +129,14 @@ impl ConsumerOptions {
                 format!("{} is not in 1..=1024", self.concurrency),
             );
         }
+        if let Some(n) = self.claimers
+            && (n == 0 || n > self.concurrency)
+        {
+            return bad(
+                "claimers",
+                format!("{n} is not in 1..={} (the concurrency)", self.concurrency),
+            );
+        }
         if self.poll < Duration::from_millis(1) || self.poll > Duration::from_secs(60) {
             return bad(
                 "poll",
@@ -126,6 +150,10 @@ impl ConsumerOptions {
             return bad("retry_backoff", "needs min <= max".to_owned());
         }
         Ok(())
+    }
+
+    fn claimer_count(&self) -> usize {
+        self.claimers.unwrap_or(self.concurrency.min(4))
     }
 }
 
@@ -269,7 +297,8 @@ impl<T: Codec> Queue<T> {
     /// messages ([`claim`](Queue::claim): at-least-once), run `handler` on
     /// each, ack on `Ok` and nack with backoff on `Err` or a panic.
     ///
-    /// A worker claims only when it is free: nothing waits in local memory.
+    /// Messages are claimed for free workers only: nothing waits in local
+    /// memory.
     /// The visibility of running handlers is extended by the runtime's
     /// driver while they run; see the module docs of `consumer` for the
     /// handler timeout. Stop it with [`Consumer::shutdown`].
@@ -331,12 +360,14 @@ impl<T: Codec> Queue<T> {
         rt.driver.register(&key, job, Deadline::After(period), None);
         let (done_tx, done) = crossbeam_channel::unbounded();
         let handler = Arc::new(handler);
-        // The dispatcher claims for the free workers (one round trip for as
-        // many messages as there are free workers, the finished ones' acks
-        // included) and hands each message to a worker.
-        let (work_tx, work_rx) = crossbeam_channel::bounded::<Delivery<T>>(options.concurrency);
-        let (result_tx, result_rx) = crossbeam_channel::unbounded::<Option<(String, String)>>();
-        let mut threads = Vec::with_capacity(options.concurrency + 1);
+        let run: RunHandler<T> = {
+            let (q, shared, opts) = (self.clone(), Arc::clone(&inner), options.clone());
+            Arc::new(move |worker: usize, d: &Delivery<T>| {
+                handle(&q, &shared, worker, &opts, &*handler, d)
+            })
+        };
+        let claimers = options.claimer_count();
+        let mut threads = Vec::with_capacity(options.concurrency + claimers);
         let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), Error> {
             let done = Done(done_tx.clone());
             match thread::Builder::new().name(name).spawn(move || {
@@ -352,37 +383,51 @@ impl<T: Codec> Queue<T> {
                 )),
             }
         };
+        // The workers are split among the claimers; each claimer claims for
+        // its own free workers (one round trip for as many messages as they
+        // are, the finished ones' acks included) and hands each message to
+        // one of them, or runs the handler itself if it has only one.
         let mut started: Result<(), Error> = Ok(());
-        for worker in 0..options.concurrency {
-            let q = self.clone();
-            let shared = Arc::clone(&inner);
-            let handler = Arc::clone(&handler);
-            let opts = options.clone();
-            let work_rx = work_rx.clone();
-            let result_tx = result_tx.clone();
+        let mut next_worker = 0;
+        for c in 0..claimers {
+            let size =
+                options.concurrency / claimers + usize::from(c < options.concurrency % claimers);
+            let lane = if size == 1 {
+                Lane::Inline {
+                    worker: next_worker,
+                    run: Arc::clone(&run),
+                }
+            } else {
+                let (work_tx, work_rx) = crossbeam_channel::bounded::<Delivery<T>>(size);
+                let (result_tx, results) = crossbeam_channel::unbounded::<Option<Ack>>();
+                for worker in next_worker..next_worker + size {
+                    let (run, work_rx, result_tx) =
+                        (Arc::clone(&run), work_rx.clone(), result_tx.clone());
+                    started = started.and_then(|()| {
+                        spawn(
+                            format!("redwheel-consumer-{worker}"),
+                            Box::new(move || {
+                                while let Ok(d) = work_rx.recv() {
+                                    if result_tx.send(run(worker, &d)).is_err() {
+                                        return;
+                                    }
+                                }
+                            }),
+                        )
+                    });
+                }
+                Lane::Pool {
+                    size,
+                    work_tx,
+                    results,
+                }
+            };
+            next_worker += size;
+            let (q, shared, opts) = (self.clone(), Arc::clone(&inner), options.clone());
             started = started.and_then(|()| {
                 spawn(
-                    format!("redwheel-consumer-{worker}"),
-                    Box::new(move || {
-                        while let Ok(d) = work_rx.recv() {
-                            let ack = handle(&q, &shared, worker, &opts, &*handler, &d);
-                            if result_tx.send(ack).is_err() {
-                                return;
-                            }
-                        }
-                    }),
-                )
-            });
-        }
-        drop(result_tx);
-        {
-            let q = self.clone();
-            let shared = Arc::clone(&inner);
-            let opts = options.clone();
-            started = started.and_then(|()| {
-                spawn(
-                    "redwheel-dispatcher".to_owned(),
-                    Box::new(move || dispatch(&q, &shared, &opts, &work_tx, &result_rx)),
+                    format!("redwheel-claimer-{c}"),
+                    Box::new(move || dispatch(&q, &shared, &opts, &lane)),
                 )
             });
         }
@@ -447,25 +492,37 @@ fn retry_delay(min: Duration, max: Duration, attempt: u32) -> Duration {
     Backoff::nth(min, max, attempt.max(1))
 }
 
-/// The dispatcher thread: claims as many messages as there are free
-/// workers, sending the finished ones' acks in the same script call (one
-/// round trip for all of them), and hands each message to a worker. At
-/// shutdown it stops claiming and acks what the running handlers finish.
-fn dispatch<T: Codec>(
-    q: &Queue<T>,
-    inner: &Inner,
-    opts: &ConsumerOptions,
-    work_tx: &Sender<Delivery<T>>,
-    results: &Receiver<Option<(String, String)>>,
-) {
+/// An ack to send: a message's id and its claim's token.
+type Ack = (String, String);
+
+/// Runs the handler on a message for a worker (by number); returns the ack
+/// to send, if any.
+type RunHandler<T> = Arc<dyn Fn(usize, &Delivery<T>) -> Option<Ack> + Send + Sync>;
+
+/// One claimer's share of the workers.
+enum Lane<T: Codec> {
+    /// A single worker: the claimer runs the handler itself.
+    Inline { worker: usize, run: RunHandler<T> },
+    /// Worker threads fed through a channel, reporting their acks back.
+    Pool {
+        size: usize,
+        work_tx: Sender<Delivery<T>>,
+        results: Receiver<Option<Ack>>,
+    },
+}
+
+/// A claimer thread: claims as many messages as its lane has free workers,
+/// sending the finished ones' acks in the same script call (one round trip
+/// for all of them), and runs or hands out each message. At shutdown it
+/// stops claiming and acks what the running handlers finish.
+fn dispatch<T: Codec>(q: &Queue<T>, inner: &Inner, opts: &ConsumerOptions, lane: &Lane<T>) {
     let rt = q.rt();
     let mut backoff = Backoff::new(rt.options.reconnect_min, Duration::from_secs(1));
-    let mut acks: Vec<(String, String)> = Vec::new();
+    let mut acks: Vec<Ack> = Vec::new();
     let mut outstanding = 0usize;
-    let take = |r: Option<(String, String)>, acks: &mut Vec<(String, String)>| {
-        if let Some(ack) = r {
-            acks.push(ack);
-        }
+    let size = match lane {
+        Lane::Inline { .. } => 1,
+        Lane::Pool { size, .. } => *size,
     };
     loop {
         let stopping = inner.stop.load(Ordering::SeqCst);
@@ -473,30 +530,29 @@ fn dispatch<T: Codec>(
         {
             return;
         }
-        // All workers busy (or stopping with handlers running): wait for one.
-        if outstanding == opts.concurrency || (stopping && outstanding > 0) {
-            match results.recv_timeout(Duration::from_millis(50)) {
-                Ok(r) => {
-                    outstanding -= 1;
-                    take(r, &mut acks);
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    if acks.is_empty() {
-                        continue;
+        if let Lane::Pool { results, .. } = lane {
+            // All workers busy (or stopping with handlers running): wait
+            // for one.
+            if outstanding == size || (stopping && outstanding > 0) {
+                match results.recv_timeout(Duration::from_millis(50)) {
+                    Ok(r) => {
+                        outstanding -= 1;
+                        acks.extend(r);
                     }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        if acks.is_empty() {
+                            continue;
+                        }
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
                 }
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+            while let Ok(r) = results.try_recv() {
+                outstanding -= 1;
+                acks.extend(r);
             }
         }
-        while let Ok(r) = results.try_recv() {
-            outstanding -= 1;
-            take(r, &mut acks);
-        }
-        let free = if stopping {
-            0
-        } else {
-            opts.concurrency - outstanding
-        };
+        let free = if stopping { 0 } else { size - outstanding };
         if free == 0 && acks.is_empty() {
             continue;
         }
@@ -509,7 +565,7 @@ fn dispatch<T: Codec>(
         } else {
             opts.poll
         };
-        match q.claim_acking(&acks, free, wait) {
+        let claimed = match q.claim_acking(&acks, free, wait) {
             Ok((claimed, stale)) => {
                 backoff.reset();
                 let acked = acks.len() as u64 - stale.min(acks.len() as u64);
@@ -518,25 +574,32 @@ fn dispatch<T: Codec>(
                     tracing::warn!(target: "redwheel::queue", queue = %q.state.name, stale, "consumer: a message was delivered again before its handler's ack; that result is dropped");
                 }
                 acks.clear();
-                for d in claimed {
-                    match d {
-                        Ok(d) => {
-                            outstanding += 1;
-                            if work_tx.send(d).is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: a message could not be decoded; it is a dead letter now");
-                        }
-                    }
-                }
+                claimed
             }
             Err(e) if e.kind() == ErrorKind::Shutdown => return,
             Err(e) => {
                 // The acks (idempotent) go again with the next call.
                 tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: claim failed; retrying");
                 thread::sleep(backoff.step().min(opts.poll));
+                continue;
+            }
+        };
+        for d in claimed {
+            let d = match d {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: a message could not be decoded; it is a dead letter now");
+                    continue;
+                }
+            };
+            match lane {
+                Lane::Inline { worker, run } => acks.extend(run(*worker, &d)),
+                Lane::Pool { work_tx, .. } => {
+                    outstanding += 1;
+                    if work_tx.send(d).is_err() {
+                        return;
+                    }
+                }
             }
         }
     }
