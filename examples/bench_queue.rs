@@ -1,9 +1,10 @@
-//! Queue benchmarks Q1, Q2, Q3 and Q5 of BENCHMARKS.md, printed as one JSON
+//! Queue benchmarks Q1–Q6 of BENCHMARKS.md, printed as one JSON
 //! line per run.
 //!
 //! ```text
-//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5t,q6,restart,failover]
-//!     [--reps 3] [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30] [--cluster]
+//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5c,q5t,q6,restart,failover]
+//!     [--reps 3] [--q4-claimers 4] [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30]
+//!     [--cluster]
 //! ```
 //!
 //! With `--cluster`, everything runs on a Redis Cluster: the one whose node
@@ -26,7 +27,9 @@
 //!   (the consumer's script calls, from `INFO commandstats`).
 //! * Q5: N messages all due at one instant D, 4 consumers: ms from D until
 //!   all are in the ready list (transfer rate) and until all are taken.
-//!   `q5t` is the same with no consumers (transfer only).
+//!   `q5t` is the same with no consumers (transfer only); `q5c` drains with
+//!   a consumer pool (`consume`, 4 threads, claim and ack) instead of four
+//!   threads in `poll` (at-most-once).
 //! * Q6: `--q6-queues` queues (100 by default; run again with 10000), each
 //!   holding one message due in an hour, open and idle for `--q6-secs`
 //!   (30 s): Redis commands/s and round trips/s this process causes, and
@@ -311,7 +314,12 @@ fn q3(rw: &Redwheel, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn q4(rw: &Redwheel, url: &str, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
+fn q4(
+    rw: &Redwheel,
+    url: &str,
+    rep: usize,
+    claimers: Option<usize>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let q = rw.queue::<String>("bench-q4")?;
     q.clear()?;
     let n = 100_000usize;
@@ -322,8 +330,12 @@ fn q4(rw: &Redwheel, url: &str, rep: usize) -> Result<(), Box<dyn std::error::Er
     let runs0 = q.transfer_stats().runs;
     let consumer = {
         let starts = Arc::clone(&starts);
+        let mut options = redwheel::ConsumerOptions::default().concurrency(4);
+        if let Some(n) = claimers {
+            options = options.claimers(n);
+        }
         q.consume(
-            redwheel::ConsumerOptions::default().concurrency(4),
+            options,
             move |d| -> Result<(), String> {
                 let now = SystemTime::now();
                 let late = match now.duration_since(d.due()) {
@@ -394,11 +406,12 @@ fn q5(
     rep: usize,
     n: usize,
     consumers: usize,
+    reliable: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let name = if consumers > 0 {
-        "bench-q5"
-    } else {
-        "bench-q5t"
+    let name = match (consumers, reliable) {
+        (0, _) => "bench-q5t",
+        (_, false) => "bench-q5",
+        (_, true) => "bench-q5c",
     };
     let q: Queue<String> = rw.queue_with(name, QueueOptions::default())?;
     q.clear()?;
@@ -427,7 +440,20 @@ fn q5(
         return Err("offering took longer than planned; rerun".into());
     }
     let taken = Arc::new(AtomicUsize::new(0));
-    let handles: Vec<_> = (0..consumers)
+    // Q5c: a consumer pool (at-least-once: claim, handle, ack).
+    let pool = if reliable {
+        let taken = Arc::clone(&taken);
+        Some(q.consume(
+            redwheel::ConsumerOptions::default().concurrency(consumers),
+            move |_d| -> Result<(), String> {
+                taken.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            },
+        )?)
+    } else {
+        None
+    };
+    let handles: Vec<_> = (0..if reliable { 0 } else { consumers })
         .map(|_| {
             let q = q.clone();
             let taken = taken.clone();
@@ -461,14 +487,25 @@ fn q5(
     for h in handles {
         h.join().map_err(|_| "consumer panicked")?;
     }
+    while taken.load(Ordering::Relaxed) < n {
+        std::thread::sleep(Duration::from_micros(500));
+    }
     let drained_ms = SystemTime::now()
         .duration_since(due)
         .unwrap_or_default()
         .as_secs_f64()
         * 1e3;
+    if let Some(pool) = pool {
+        pool.shutdown(Duration::from_secs(10))?;
+    }
     if consumers > 0 {
+        let test = if reliable {
+            "q5_burst_consume"
+        } else {
+            "q5_burst"
+        };
         println!(
-            r#"{{"test":"q5_burst","rep":{rep},"n":{n},"consumers":{consumers},"transferred_ms":{transferred_ms:.1},"transfer_msgs_per_s":{:.0},"drained_ms":{drained_ms:.1},"consumed_per_s":{:.0}}}"#,
+            r#"{{"test":"{test}","rep":{rep},"n":{n},"consumers":{consumers},"transferred_ms":{transferred_ms:.1},"transfer_msgs_per_s":{:.0},"drained_ms":{drained_ms:.1},"consumed_per_s":{:.0}}}"#,
             n as f64 / transferred_ms * 1e3,
             n as f64 / drained_ms * 1e3
         );
@@ -658,6 +695,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut q5_n = 1_000_000;
     let mut q6_queues = 100;
     let mut q6_secs = 30;
+    let mut q4_claimers = None;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -671,6 +709,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             "--q6-queues" => {
                 q6_queues = args[i + 1].parse()?;
+                i += 1;
+            }
+            "--q4-claimers" => {
+                q4_claimers = Some(args[i + 1].parse()?);
                 i += 1;
             }
             "--q6-secs" => {
@@ -718,9 +760,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "q1m" => q1m(&rw, &url, rep)?,
                 "q2" => q2(&rw, rep)?,
                 "q3" => q3(&rw, rep)?,
-                "q4" => q4(&rw, &url, rep)?,
-                "q5" => q5(&rw, &url, rep, q5_n, 4)?,
-                "q5t" => q5(&rw, &url, rep, q5_n, 0)?,
+                "q4" => q4(&rw, &url, rep, q4_claimers)?,
+                "q5" => q5(&rw, &url, rep, q5_n, 4, false)?,
+                "q5c" => q5(&rw, &url, rep, q5_n, 4, true)?,
+                "q5t" => q5(&rw, &url, rep, q5_n, 0, false)?,
                 "q6" => q6(&rw, &urls, rep, q6_queues, q6_secs)?,
                 "restart" => restart(rep)?,
                 "failover" => match cluster.as_mut() {
