@@ -334,18 +334,15 @@ fn q4(
         if let Some(n) = claimers {
             options = options.claimers(n);
         }
-        q.consume(
-            options,
-            move |d| -> Result<(), String> {
-                let now = SystemTime::now();
-                let late = match now.duration_since(d.due()) {
-                    Ok(x) => x.as_secs_f64() * 1e3,
-                    Err(e) => -e.duration().as_secs_f64() * 1e3,
-                };
-                starts.lock().unwrap().push((Instant::now(), late));
-                Ok(())
-            },
-        )?
+        q.consume(options, move |d| -> Result<(), String> {
+            let now = SystemTime::now();
+            let late = match now.duration_since(d.due()) {
+                Ok(x) => x.as_secs_f64() * 1e3,
+                Err(e) => -e.duration().as_secs_f64() * 1e3,
+            };
+            starts.lock().unwrap().push((Instant::now(), late));
+            Ok(())
+        })?
     };
     let mut rng = SplitMix64(3_000 + rep as u64);
     let p = payload();

@@ -379,7 +379,7 @@ impl Error {
             };
             return Error::new(kind, what).with_cause(e);
         }
-        let (kind, what) = if e.detail().is_some_and(|d| d.contains(DUE_OVERFLOW_TEXT)) {
+        let (kind, what) = if server_text(&e).contains(DUE_OVERFLOW_TEXT) {
             (
                 ErrorKind::DelayOverflow,
                 "the due time computed by the server exceeds 2^53 ms",
@@ -476,9 +476,17 @@ impl Error {
 /// An ACL refusal of a command run from a script (Redis reports those as
 /// plain errors, not `NOPERM`).
 fn is_script_permission_error(e: &redis::RedisError) -> bool {
-    e.detail().is_some_and(|d| {
-        d.contains("user executing the script can't") || d.contains("No permissions to access")
-    })
+    let text = server_text(e);
+    text.contains("user executing the script can't") || text.contains("No permissions to access")
+}
+
+/// What the server said: the error's detail, or for a failed pipeline (no
+/// detail of its own) its whole text, which holds each command's error.
+fn server_text(e: &redis::RedisError) -> std::borrow::Cow<'_, str> {
+    match e.detail() {
+        Some(d) => std::borrow::Cow::Borrowed(d),
+        None => std::borrow::Cow::Owned(e.to_string()),
+    }
 }
 
 /// Failures of the connection itself that no retry will fix (credentials,

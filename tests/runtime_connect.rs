@@ -7,36 +7,10 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use redwheel::{ErrorKind, Redwheel};
-use support::{RedisServer, within};
+use redwheel::{ConsumerOptions, ErrorKind, QueueOptions, Redwheel};
+use support::{RedisServer, add_acl_user, readme_acl_rules, within};
 
 const HANG: Duration = Duration::from_secs(60);
-
-/// The least-privilege ACL rules the README gives operators: the keys and
-/// channels of redwheel only, and the commands it sends (directly or from
-/// its scripts). `CLIENT SETINFO` (sent by the `redis` crate on connect) is
-/// known to Redis 7.2 and later only; [`add_user`] drops it for older ones.
-const REDWHEEL_ACL: &str = "resetkeys ~redwheel:* resetchannels &redwheel:* -@all \
-     +evalsha +script|load +time +ping +client|setinfo +blmove +zcard +zrange \
-     +ssubscribe +sunsubscribe \
-     +hexists +hget +hset +hdel +hlen +zadd +zrem +zrangebyscore +rpush +lpop +del +spublish \
-     +exists +incrby +pttl +pexpire";
-
-/// Adds ACL user `name` with password `password` and `rules`.
-fn add_user(server: &RedisServer, name: &str, password: &str, rules: &str) {
-    let known = server.cmd(&["COMMAND", "INFO", "client|setinfo"]);
-    let rules = if known.contains("setinfo") {
-        rules.to_owned()
-    } else {
-        rules.replace(" +client|setinfo", "")
-    };
-    let mut args = vec!["ACL", "SETUSER", name, "on"];
-    let pass = format!(">{password}");
-    args.push(&pass);
-    args.extend(rules.split_whitespace());
-    let reply = server.cmd(&args);
-    assert_eq!(reply.trim(), "+OK", "ACL SETUSER {rules}: {reply}");
-}
 
 /// Everything the queue API does, end to end.
 fn exercise(rw: &Redwheel) {
@@ -70,12 +44,80 @@ fn exercise(rw: &Redwheel) {
     assert_eq!(err.kind(), ErrorKind::Decode, "{err}");
     assert_eq!(q.dead_letter_ids(10).unwrap(), vec![bad]);
     assert_eq!(q.clear().unwrap(), 1);
+
+    // The at-least-once side: claim, ack, nack, extend, a delivery past
+    // its limit, dead letters, requeue, stats and a consumer pool.
+    let r = rw
+        .queue_with::<String>(
+            "acl-reliable",
+            QueueOptions::default()
+                .visibility(Duration::from_secs(5))
+                .max_deliveries(2),
+        )
+        .unwrap();
+    r.clear().unwrap();
+    r.offer_batch(&[
+        ("x".to_string(), Duration::ZERO),
+        ("y".to_string(), Duration::ZERO),
+    ])
+    .unwrap();
+    let batch = within(HANG, {
+        let r = r.clone();
+        move || {
+            let mut got = Vec::new();
+            while got.len() < 2 {
+                got.extend(r.claim_batch(2, Duration::from_secs(1)).unwrap());
+            }
+            got
+        }
+    });
+    for d in &batch {
+        d.extend(Duration::from_secs(10)).unwrap();
+    }
+    let stats = r.stats().unwrap();
+    assert_eq!(stats.in_flight, 2);
+    let mut batch = batch.into_iter();
+    batch.next().unwrap().ack().unwrap();
+    // Nacked twice: past `max_deliveries`, a dead letter.
+    batch.next().unwrap().nack(Duration::ZERO).unwrap();
+    let again = within(HANG, {
+        let r = r.clone();
+        move || r.claim(Duration::from_secs(5)).unwrap().unwrap()
+    });
+    assert_eq!(again.attempt(), 2);
+    again.nack(Duration::ZERO).unwrap();
+    let dead = r.dead_letters(10).unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(r.requeue_dead(10).unwrap(), 1);
+    let handled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let consumer = {
+        let handled = std::sync::Arc::clone(&handled);
+        r.consume(
+            ConsumerOptions::default().concurrency(2),
+            move |_d| -> Result<(), String> {
+                handled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            },
+        )
+        .unwrap()
+    };
+    within(HANG, {
+        let r = r.clone();
+        move || {
+            while r.len().unwrap() > 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    });
+    consumer.shutdown(Duration::from_secs(10)).unwrap();
+    assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 1);
+    r.clear().unwrap();
 }
 
 #[test]
 fn a_least_privilege_acl_user_runs_every_queue_operation() {
     let server = RedisServer::start();
-    add_user(&server, "app", "s3cret", REDWHEEL_ACL);
+    add_acl_user(&server, "app", "s3cret", &readme_acl_rules());
     server.cmd(&["ACL", "LOG", "RESET"]);
     let rw =
         Redwheel::connect(&format!("redis://app:s3cret@127.0.0.1:{}/", server.port())).unwrap();
@@ -117,20 +159,32 @@ fn a_least_privilege_acl_user_runs_every_queue_operation() {
 fn a_missing_permission_is_a_typed_non_transient_error() {
     let server = RedisServer::start();
     // No SPUBLISH: every offer script fails on it.
-    let rules = REDWHEEL_ACL.replace(" +spublish", "");
-    add_user(&server, "app", "pw", &rules);
+    let rules = readme_acl_rules().replace(" +spublish", "");
+    add_acl_user(&server, "app", "pw", &rules);
     let rw = Redwheel::connect(&format!("redis://app:pw@127.0.0.1:{}/", server.port())).unwrap();
     let q = rw.queue::<String>("noperm").unwrap();
     let err = q.offer(&"x".to_string(), Duration::ZERO).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
     assert!(!err.is_transient());
     assert!(err.to_string().contains("lacks a permission"), "{err}");
+
+    // The same from a script run after a blocking wait (a pipeline): a
+    // claim that finds a message but may not count its attempt.
+    let rules = readme_acl_rules().replace(" +hincrby", "");
+    add_acl_user(&server, "app2", "pw", &rules);
+    let rw = Redwheel::connect(&format!("redis://app2:pw@127.0.0.1:{}/", server.port())).unwrap();
+    let q = rw.queue::<String>("noperm-claim").unwrap();
+    q.offer(&"x".to_string(), Duration::from_millis(50))
+        .unwrap();
+    let err = within(HANG, move || q.claim(Duration::from_secs(5)).unwrap_err());
+    assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
+    assert!(!err.is_transient());
 }
 
 #[test]
 fn wrong_credentials_are_a_clear_non_transient_error() {
     let server = RedisServer::start();
-    add_user(&server, "app", "right", REDWHEEL_ACL);
+    add_acl_user(&server, "app", "right", &readme_acl_rules());
     let url = format!("redis://app:wrong@127.0.0.1:{}/", server.port());
     let err = Redwheel::connect(&url).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Authentication, "{err:?}");
