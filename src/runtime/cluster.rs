@@ -23,12 +23,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use redis::{ConnectionLike, Value};
+use redis::Value;
 
 use super::RedwheelOptions;
 use super::backoff::Backoff;
 use super::driver::{Commands, Transport};
-use super::pool::{Attempt, Conn, Endpoint, Pool, shut_down};
+use super::pool::{Attempt, Conn, Endpoint, Linger, Pool, shut_down};
 use super::server_clock::{ClockSample, measure};
 use super::subscriber::Locator;
 use crate::error::{Access, Error, ErrorKind};
@@ -533,6 +533,7 @@ pub(crate) struct ClusterTransport {
     connects: u64,
     round_trips: u64,
     seen_generation: u64,
+    linger: Linger,
 }
 
 impl ClusterTransport {
@@ -545,6 +546,23 @@ impl ClusterTransport {
             connects: 0,
             round_trips: 0,
             seen_generation,
+            linger: Linger::default(),
+        }
+    }
+
+    /// A master failed its share of a round: its connection is dropped and
+    /// each of its commands gets a stand-in "unreachable" reply.
+    fn unreachable(
+        &mut self,
+        node: &Node,
+        items: &[(usize, bool)],
+        e: &Error,
+        replies: &mut [Option<Value>],
+    ) {
+        tracing::debug!(target: "redwheel::runtime", node = %node.addr, error = %e, "cluster: a master did not answer its share of a round");
+        self.cons.remove(&node.addr);
+        for &(i, _) in items {
+            replies[i] = Some(unreachable_reply(&node.addr));
         }
     }
 
@@ -601,6 +619,9 @@ impl Transport for ClusterTransport {
                 }
             }
             let mut refresh = false;
+            // Every master's share is sent before any is read, so the
+            // masters work on them at the same time.
+            let mut sent: Vec<(Group, usize)> = Vec::with_capacity(groups.len());
             for (node, items) in groups {
                 let mut packed = Vec::new();
                 let mut count = 0;
@@ -614,18 +635,30 @@ impl Transport for ClusterTransport {
                 }
                 self.round_trips += 1;
                 let result = self.con(&node).and_then(|con| {
-                    con.req_packed_commands(&packed, 0, count)
+                    con.send_pipeline(&packed)
+                        .map_err(|e| Error::from_redis(e, Access::Write))
+                });
+                match result {
+                    Ok(()) => sent.push(((node, items), count)),
+                    Err(e) => {
+                        self.unreachable(&node, &items, &e, &mut replies);
+                        refresh = true;
+                    }
+                }
+            }
+            let started = Instant::now();
+            let biggest = sent.iter().map(|(_, count)| *count).max().unwrap_or(0);
+            self.linger.before_reading(biggest);
+            for ((node, items), count) in sent {
+                let result = self.con(&node).and_then(|con| {
+                    con.recv_pipeline(count)
                         .map_err(|e| Error::from_redis(e, Access::Write))
                 });
                 let values = match result {
                     Ok(values) => values,
                     Err(e) => {
-                        tracing::debug!(target: "redwheel::runtime", node = %node.addr, error = %e, "cluster: a master did not answer its share of a round");
-                        self.cons.remove(&node.addr);
+                        self.unreachable(&node, &items, &e, &mut replies);
                         refresh = true;
-                        for &(i, _) in &items {
-                            replies[i] = Some(unreachable_reply(&node.addr));
-                        }
                         continue;
                     }
                 };
@@ -651,6 +684,7 @@ impl Transport for ClusterTransport {
                     replies[i] = Some(v);
                 }
             }
+            self.linger.answered(biggest, started);
             if refresh {
                 self.cluster.request_refresh();
             }
