@@ -1,0 +1,2 @@
+//! Serves redwheel's metrics for Prometheus (placeholder).
+fn main() {}

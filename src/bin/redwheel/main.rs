@@ -1,0 +1,2 @@
+//! The `redwheel` command-line tool (placeholder; see README "Operating it").
+fn main() {}

@@ -1,0 +1,1 @@
+//! The `redwheel` command-line tool run as a process (placeholder).

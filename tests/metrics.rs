@@ -1,0 +1,1 @@
+//! Metrics scraped over HTTP (placeholder).
