@@ -5,8 +5,8 @@
 //! Unlike [`Redwheel::queue`], nothing here opens a queue: no transfer job
 //! is registered, so inspecting a queue never moves, redelivers or kills a
 //! message (a transfer run by the inspecting process would apply its own
-//! `max_deliveries`). Every key name comes from [`Keys`], the one home of
-//! the layout.
+//! `max_deliveries`). Every key name comes from the queue's `Keys` (in
+//! `state.rs`), the one home of the layout.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, UNIX_EPOCH};
@@ -16,6 +16,9 @@ use super::state::{Keys, validate_name};
 use crate::error::{Access, Error};
 use crate::runtime::Redwheel;
 use crate::scripts;
+
+/// Per id: the stored value, the attempt count and the death reason.
+type Details = (Vec<Option<Vec<u8>>>, Vec<Option<u32>>, Vec<Option<String>>);
 
 /// A message state, for [`QueueInspector::peek`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -140,15 +143,21 @@ impl QueueInspector {
     /// The queue's counts, as [`Queue::stats`](super::Queue::stats) reads
     /// them (the same script).
     pub fn stats(&self) -> Result<QueueStats, Error> {
+        self.stats_at().map(|(stats, _)| stats)
+    }
+
+    /// As [`stats`](QueueInspector::stats), with the Redis server's clock
+    /// (epoch ms) at the instant they were read.
+    pub fn stats_at(&self) -> Result<(QueueStats, u64), Error> {
         let k = &self.keys;
-        let (delayed, ready, in_flight, dead, overdue, next_due, _now): (
+        let (delayed, ready, in_flight, dead, overdue, next_due, now): (
             u64,
             u64,
             u64,
             u64,
             i64,
             i64,
-            i64,
+            u64,
         ) = self
             .rw
             .runtime()
@@ -162,14 +171,15 @@ impl QueueInspector {
                     .invoke(con)
             })
             .map_err(|e| self.tag(e))?;
-        Ok(QueueStats {
+        let stats = QueueStats {
             delayed,
             ready,
             in_flight,
             dead,
             oldest_overdue: (overdue >= 0).then(|| Duration::from_millis(overdue as u64)),
             next_due: (next_due >= 0).then(|| UNIX_EPOCH + Duration::from_millis(next_due as u64)),
-        })
+        };
+        Ok((stats, now))
     }
 
     /// The delivery counter kept by the take and claim scripts.
@@ -235,11 +245,7 @@ impl QueueInspector {
             return Ok(Vec::new());
         }
         let ids: Vec<&str> = listed.iter().map(|(id, _)| id.as_str()).collect();
-        let (values, attempts, reasons): (
-            Vec<Option<Vec<u8>>>,
-            Vec<Option<u32>>,
-            Vec<Option<String>>,
-        ) = self
+        let (values, attempts, reasons): Details = self
             .rw
             .runtime()
             .run(&k.msg, Access::Read, |con| {
