@@ -354,6 +354,8 @@ fn offer_takes_a_delay_and_rejects_a_bad_duration_with_exit_2() {
         2,
     );
     fails_with(&redwheel(&url, &["frobnicate"]), 2);
+    let err = fails_with(&redwheel(&url, &["stats", "bad{name}"]), 2);
+    assert!(err.contains("invalid queue name"), "{err}");
 }
 
 #[test]

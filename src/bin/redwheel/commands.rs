@@ -179,17 +179,27 @@ fn state_name(s: MessageState) -> &'static str {
     }
 }
 
-fn message_json(m: &PeekedMessage) -> Value {
+/// One message as `peek --json` gives it: the fields every state has,
+/// then the visibility deadline (in flight) or death and reason (dead).
+fn message_json(m: &PeekedMessage, state: MessageState) -> Value {
     let payload = m.payload.as_deref();
-    json!({
+    let mut v = json!({
         "id": m.id,
         "due_ms": m.due_ms,
         "attempts": m.attempts,
-        "visible_until_ms": null,
         "payload_text": payload.and_then(|p| std::str::from_utf8(p).ok()),
         "payload_base64": payload.map(out::base64),
         "payload_bytes": payload.map(<[u8]>::len),
-    })
+    });
+    match state {
+        MessageState::InFlight => v["visible_until_ms"] = json!(m.since_ms),
+        MessageState::Dead => {
+            v["died_ms"] = json!(m.since_ms);
+            v["reason"] = json!(m.reason);
+        }
+        _ => {}
+    }
+    v
 }
 
 fn peek(
@@ -203,24 +213,7 @@ fn peek(
     let (_, now) = q.stats_at()?;
     let messages = q.peek(state, n)?;
     if json {
-        let list: Vec<Value> = messages
-            .iter()
-            .map(|m| {
-                let mut v = message_json(m);
-                match state {
-                    MessageState::InFlight => v["visible_until_ms"] = json!(m.since_ms),
-                    MessageState::Dead => {
-                        v["died_ms"] = json!(m.since_ms);
-                        v["reason"] = json!(m.reason);
-                    }
-                    _ => {}
-                }
-                if state != MessageState::InFlight {
-                    v.as_object_mut().map(|o| o.remove("visible_until_ms"));
-                }
-                v
-            })
-            .collect();
+        let list: Vec<Value> = messages.iter().map(|m| message_json(m, state)).collect();
         emit_json(&json!({
             "queue": name,
             "state": state_name(state),
