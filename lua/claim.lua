@@ -7,6 +7,7 @@
 -- KEYS[3]  redwheel:{N}:inflight  ZSET  id -> visibility deadline (ms)
 -- KEYS[4]  redwheel:{N}:lease     HASH  id -> token of its current claim
 -- KEYS[5]  redwheel:{N}:attempts  HASH  id -> deliveries so far
+-- KEYS[6]  redwheel:{N}:counts    HASH  'delivered' -> messages handed out so far (take and claim)
 -- ARGV[1]  visibility in ms (>= 1), counted from the server's TIME
 -- ARGV[2]  a token prefix, unique to this call (the client's random bytes)
 -- ARGV[3]  count: the most messages to claim (0..1000; 0 only acks)
@@ -24,7 +25,8 @@
 -- count) in one atomic step, so a consumer that dies at any instant cannot lose it: the
 -- transfer script redelivers it when the deadline passes. The message stays in `msg` until
 -- it is acked. Ids whose message is gone (removed after transfer) are dropped here, at most
--- 100 per call beyond `count`, so the call stays O(count).
+-- 100 per call beyond `count`, so the call stays O(count). A call that claims k > 0 messages
+-- raises `delivered` in `counts` by k, with one HINCRBY (what `redwheel watch` reads).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[1])
@@ -64,5 +66,8 @@ while claimed < count and skipped <= 100 do
   else
     skipped = skipped + 1
   end
+end
+if claimed > 0 then
+  redis.call('HINCRBY', KEYS[6], 'delivered', claimed)
 end
 return out

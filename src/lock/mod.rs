@@ -99,6 +99,7 @@
 //! subscription is in effect, so an unlock in between is not missed. The
 //! lock is not fair: a woken waiter races with newcomers.
 
+pub mod inspect;
 mod renewal;
 pub(crate) mod state;
 

@@ -47,6 +47,7 @@
 
 mod codec;
 mod consumer;
+pub mod inspect;
 mod reliable;
 pub(crate) mod state;
 
@@ -847,7 +848,7 @@ impl<T: Codec> Queue<T> {
         let popped = self.wait_pop(
             deadline,
             &scripts::TAKE,
-            &[&keys.ready, &keys.msg, &keys.attempts],
+            &[&keys.ready, &keys.msg, &keys.attempts, &keys.counts],
             &[],
             0,
         )?;

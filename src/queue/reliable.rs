@@ -379,6 +379,7 @@ impl<T: Codec> Queue<T> {
             keys.inflight.as_str(),
             keys.lease.as_str(),
             keys.attempts.as_str(),
+            keys.counts.as_str(),
         ];
         let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
         let prefix = token_prefix();

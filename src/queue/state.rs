@@ -48,6 +48,8 @@ pub(crate) struct Keys {
     pub lease: String,
     pub attempts: String,
     pub reason: String,
+    /// HASH: `delivered` → messages handed out by take and claim so far.
+    pub counts: String,
 }
 
 impl Keys {
@@ -63,6 +65,7 @@ impl Keys {
             lease: k("lease"),
             attempts: k("attempts"),
             reason: k("reason"),
+            counts: k("counts"),
         }
     }
 }

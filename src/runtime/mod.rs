@@ -256,6 +256,9 @@ impl fmt::Debug for Redwheel {
     }
 }
 
+/// Most keys one `SCAN` call is asked to look at.
+const SCAN_COUNT: usize = 1_000;
+
 /// What the handles and the layers above share.
 pub(crate) struct Runtime {
     pub(crate) options: RedwheelOptions,
@@ -506,6 +509,49 @@ impl Runtime {
             Backend::Node { commands, .. } => commands.run_once(access, f),
             Backend::Cluster(c) => c.run_once(route.as_bytes(), access, f),
         }
+    }
+
+    /// Runs `f` once on every master (the one server, or each master of a
+    /// cluster as the slot map has it now), for commands that read each
+    /// node's own keyspace (`SCAN`). The replies in the masters' order.
+    pub(crate) fn run_on_masters<R>(
+        &self,
+        access: Access,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<Vec<R>, Error> {
+        match &self.backend {
+            Backend::Node { commands, .. } => Ok(vec![commands.run(access, f)?]),
+            Backend::Cluster(c) => c
+                .masters()
+                .iter()
+                .map(|node| node.commands.run(access, &mut f))
+                .collect(),
+        }
+    }
+
+    /// Every key matching `pattern` on every master, by `SCAN` (for
+    /// operators' tools: it walks the whole keyspace). Not a snapshot: a
+    /// key may be missed if it is created meanwhile, or listed twice.
+    pub(crate) fn scan_masters(&self, pattern: &str) -> Result<Vec<String>, Error> {
+        let found = self.run_on_masters(Access::Read, |con| {
+            let mut cursor: u64 = 0;
+            let mut keys = Vec::new();
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .query(con)?;
+                keys.extend(batch);
+                if next == 0 {
+                    return Ok(keys);
+                }
+                cursor = next;
+            }
+        })?;
+        Ok(found.into_iter().flatten().collect())
     }
 
     /// A connection for a blocking read of `route` (on the node serving

@@ -1,0 +1,174 @@
+//! The command line: global options, subcommands, and the duration syntax.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Inspect and operate redwheel queues and locks in Redis.
+#[derive(Debug, Parser)]
+#[command(name = "redwheel", version, color = clap::ColorChoice::Never)]
+pub struct Cli {
+    /// Redis URL (default: $REDIS_URL, else redis://127.0.0.1:6379).
+    #[arg(long, global = true, value_name = "URL")]
+    pub url: Option<String>,
+
+    /// Redis Cluster seed URLs, comma-separated or repeated (instead of --url).
+    #[arg(long, global = true, value_name = "URL,…", value_delimiter = ',')]
+    pub cluster: Vec<String>,
+
+    /// Print one JSON document instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    /// The single-server URL: `--url`, else `$REDIS_URL`, else the local default.
+    pub fn server_url(&self) -> String {
+        self.url
+            .clone()
+            .or_else(|| std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Counts per state of the named queues, or of every queue found by SCAN.
+    Stats {
+        /// Queue names (default: every queue in Redis).
+        queues: Vec<String>,
+    },
+    /// The first messages of one state of a queue, with their payloads.
+    Peek {
+        /// The queue.
+        queue: String,
+        #[command(flatten)]
+        state: StateArg,
+        /// How many messages.
+        #[arg(short = 'n', long = "count", default_value_t = 10, value_name = "N")]
+        n: usize,
+    },
+    /// Dead letters: why they died, after how many attempts, and when.
+    Dead {
+        /// The queue.
+        queue: String,
+        /// How many dead letters (oldest first).
+        #[arg(short = 'n', long = "count", default_value_t = 10, value_name = "N")]
+        n: usize,
+    },
+    /// Makes the oldest dead letters ready again, with a fresh attempt count.
+    RequeueDead {
+        /// The queue.
+        queue: String,
+        /// How many dead letters (oldest first).
+        #[arg(short = 'n', long = "count", default_value_t = 10, value_name = "N")]
+        n: usize,
+    },
+    /// Deletes messages by id, wherever they are (delayed, ready, in flight, dead).
+    Remove {
+        /// The queue.
+        queue: String,
+        /// Message ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Offers one message (the payload's bytes as given) after a delay.
+    Offer {
+        /// The queue.
+        queue: String,
+        /// The payload.
+        payload: String,
+        /// Delay: 500ms, 10s, 5m, 1h, or a bare number of seconds.
+        #[arg(long, default_value = "0", value_parser = parse_duration, value_name = "DURATION")]
+        delay: Duration,
+    },
+    /// A live view: backlog per state, delivery rate, ready-age p50/p99.
+    Watch {
+        /// Queue names (default: every queue in Redis).
+        queues: Vec<String>,
+        /// Time between two frames (and the rate's window).
+        #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+        interval: Duration,
+        /// Print one frame (after one interval, for the rate) and exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Held locks: holder, hold count, lease left, fencing token.
+    Locks {
+        /// A Redis glob over lock names (default: every lock).
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+}
+
+/// Which state `peek` lists (one of; ready by default).
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub struct StateArg {
+    /// Due messages waiting for a consumer (the default).
+    #[arg(long)]
+    pub ready: bool,
+    /// Messages not yet due.
+    #[arg(long)]
+    pub delayed: bool,
+    /// Claimed messages not yet acked.
+    #[arg(long)]
+    pub inflight: bool,
+    /// Dead letters.
+    #[arg(long)]
+    pub dead: bool,
+}
+
+/// `500ms`, `10s`, `5m`, `1h`, or a bare number of seconds (`30`); whole
+/// numbers only.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(digits);
+    let bad = || format!("`{s}` is not a duration: use 500ms, 10s, 5m, 1h or a number of seconds");
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let ms_per = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(ms_per)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("`{s}` is too long a duration"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_the_documented_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "",
+            "s",
+            "1.5s",
+            "-1s",
+            "10x",
+            "1 d",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

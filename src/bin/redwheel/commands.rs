@@ -1,0 +1,550 @@
+//! The subcommands. Reads go through `redwheel::queue::inspect` and
+//! `redwheel::lock::inspect` (which do not open a queue, so no transfer
+//! job runs in this process); changes go through the queue API.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redwheel::queue::inspect::{MessageState, PeekedMessage, QueueInspector};
+use redwheel::{MessageId, Queue, QueueStats, Redwheel};
+use serde_json::{Value, json};
+
+use crate::args::{Cli, Command, StateArg};
+use crate::out::{self, Table};
+use crate::{Failure, code};
+
+/// Ready messages sampled per queue for `watch`'s ready-age quantiles.
+const AGE_SAMPLE: usize = 1_000;
+
+/// How often `watch` with no queue named looks for new queues.
+const RESCAN_EVERY: Duration = Duration::from_secs(30);
+
+pub fn run(rw: &Redwheel, cli: &Cli) -> Result<(), Failure> {
+    let json = cli.json;
+    match &cli.command {
+        Command::Stats { queues } => stats(rw, queues, json),
+        Command::Peek { queue, state, n } => peek(rw, queue, state_of(state), *n, json),
+        Command::Dead { queue, n } => dead(rw, queue, *n, json),
+        Command::RequeueDead { queue, n } => requeue_dead(rw, queue, *n, json),
+        Command::Remove { queue, ids } => remove(rw, queue, ids, json),
+        Command::Offer {
+            queue,
+            payload,
+            delay,
+        } => offer(rw, queue, payload, *delay, json),
+        Command::Watch {
+            queues,
+            interval,
+            once,
+        } => watch(rw, queues, *interval, *once, json),
+        Command::Locks { pattern } => locks(rw, pattern, json),
+    }
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends the program quietly.
+fn emit(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        let _ = writeln!(std::io::stderr(), "redwheel: cannot write the output: {e}");
+        std::process::exit(i32::from(code::FAILURE));
+    }
+}
+
+fn emit_json(v: &Value) {
+    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".to_owned());
+    emit(&format!("{text}\n"));
+}
+
+/// An inspector on `name`, which must have at least one key in Redis.
+fn existing(rw: &Redwheel, name: &str) -> Result<QueueInspector, Failure> {
+    let q = rw.inspect_queue(name)?;
+    if !q.exists()? {
+        return Err(Failure::new(
+            code::NOT_FOUND,
+            format!("unknown queue {name:?}: it has no keys in redis"),
+        ));
+    }
+    Ok(q)
+}
+
+/// The named queues (each must exist), or every queue found by SCAN.
+fn inspectors(rw: &Redwheel, names: &[String]) -> Result<Vec<QueueInspector>, Failure> {
+    if names.is_empty() {
+        let found = rw.find_queues()?;
+        return Ok(found
+            .iter()
+            .map(|n| rw.inspect_queue(n))
+            .collect::<Result<_, _>>()?);
+    }
+    names.iter().map(|n| existing(rw, n)).collect()
+}
+
+fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".to_owned())
+}
+
+// ---------------------------------------------------------------- stats
+
+fn stats(rw: &Redwheel, names: &[String], json: bool) -> Result<(), Failure> {
+    let queues = inspectors(rw, names)?;
+    let mut rows = Vec::with_capacity(queues.len());
+    for q in &queues {
+        let (s, now) = q.stats_at()?;
+        rows.push((q.name().to_owned(), s, now));
+    }
+    if json {
+        let list: Vec<Value> = rows
+            .iter()
+            .map(|(name, s, now)| stats_json(name, s, *now))
+            .collect();
+        emit_json(&json!({ "queues": list }));
+        return Ok(());
+    }
+    let mut t = Table::new(&[
+        "QUEUE",
+        "DELAYED",
+        "READY",
+        "IN-FLIGHT",
+        "DEAD",
+        "OLDEST-OVERDUE",
+        "NEXT-DUE",
+    ]);
+    for (name, s, now) in &rows {
+        t.row(vec![
+            name.clone(),
+            s.delayed.to_string(),
+            s.ready.to_string(),
+            s.in_flight.to_string(),
+            s.dead.to_string(),
+            or_dash(
+                s.oldest_overdue
+                    .map(|d| out::human_ms(d.as_millis() as u64)),
+            ),
+            or_dash(s.next_due.map(|t| out::relative(epoch_ms(t), *now))),
+        ]);
+    }
+    if rows.is_empty() {
+        emit("no queues found\n");
+    } else {
+        emit(&t.render());
+    }
+    Ok(())
+}
+
+fn stats_json(name: &str, s: &QueueStats, now: u64) -> Value {
+    json!({
+        "queue": name,
+        "delayed": s.delayed,
+        "ready": s.ready,
+        "in_flight": s.in_flight,
+        "dead": s.dead,
+        "oldest_overdue_ms": s.oldest_overdue.map(|d| d.as_millis() as u64),
+        "next_due_ms": s.next_due.map(epoch_ms),
+        "server_time_ms": now,
+    })
+}
+
+// ---------------------------------------------------------------- peek, dead
+
+fn state_of(a: &StateArg) -> MessageState {
+    if a.delayed {
+        MessageState::Delayed
+    } else if a.inflight {
+        MessageState::InFlight
+    } else if a.dead {
+        MessageState::Dead
+    } else {
+        MessageState::Ready
+    }
+}
+
+fn state_name(s: MessageState) -> &'static str {
+    match s {
+        MessageState::Delayed => "delayed",
+        MessageState::InFlight => "inflight",
+        MessageState::Dead => "dead",
+        _ => "ready",
+    }
+}
+
+/// One message as `peek --json` gives it: the fields every state has,
+/// then the visibility deadline (in flight) or death and reason (dead).
+fn message_json(m: &PeekedMessage, state: MessageState) -> Value {
+    let payload = m.payload.as_deref();
+    let mut v = json!({
+        "id": m.id,
+        "due_ms": m.due_ms,
+        "attempts": m.attempts,
+        "payload_text": payload.and_then(|p| std::str::from_utf8(p).ok()),
+        "payload_base64": payload.map(out::base64),
+        "payload_bytes": payload.map(<[u8]>::len),
+    });
+    match state {
+        MessageState::InFlight => v["visible_until_ms"] = json!(m.since_ms),
+        MessageState::Dead => {
+            v["died_ms"] = json!(m.since_ms);
+            v["reason"] = json!(m.reason);
+        }
+        _ => {}
+    }
+    v
+}
+
+fn peek(
+    rw: &Redwheel,
+    name: &str,
+    state: MessageState,
+    n: usize,
+    json: bool,
+) -> Result<(), Failure> {
+    let q = existing(rw, name)?;
+    let (_, now) = q.stats_at()?;
+    let messages = q.peek(state, n)?;
+    if json {
+        let list: Vec<Value> = messages.iter().map(|m| message_json(m, state)).collect();
+        emit_json(&json!({
+            "queue": name,
+            "state": state_name(state),
+            "server_time_ms": now,
+            "messages": list,
+        }));
+        return Ok(());
+    }
+    if state == MessageState::Dead {
+        emit(&dead_table(&messages, now));
+        return Ok(());
+    }
+    let mut header = vec!["ID", "DUE", "ATTEMPTS"];
+    if state == MessageState::InFlight {
+        header.push("VISIBLE-UNTIL");
+    }
+    header.push("PAYLOAD");
+    let mut t = Table::new(&header);
+    for m in &messages {
+        let mut row = vec![
+            m.id.clone(),
+            or_dash(m.due_ms.map(|d| out::relative(d, now))),
+            m.attempts.to_string(),
+        ];
+        if state == MessageState::InFlight {
+            row.push(or_dash(m.since_ms.map(|d| out::relative(d, now))));
+        }
+        row.push(payload_cell(m));
+        t.row(row);
+    }
+    if messages.is_empty() {
+        emit(&format!("no {} messages in {name}\n", state_name(state)));
+    } else {
+        emit(&t.render());
+    }
+    Ok(())
+}
+
+fn payload_cell(m: &PeekedMessage) -> String {
+    m.payload
+        .as_deref()
+        .map_or_else(|| "(gone)".to_owned(), out::preview)
+}
+
+fn dead_table(messages: &[PeekedMessage], now: u64) -> String {
+    if messages.is_empty() {
+        return "no dead letters\n".to_owned();
+    }
+    let mut t = Table::new(&["ID", "DIED", "ATTEMPTS", "REASON", "PAYLOAD"]);
+    for m in messages {
+        t.row(vec![
+            m.id.clone(),
+            or_dash(m.since_ms.map(|d| out::relative(d, now))),
+            m.attempts.to_string(),
+            out::preview(m.reason.as_deref().unwrap_or("").as_bytes()),
+            payload_cell(m),
+        ]);
+    }
+    t.render()
+}
+
+fn dead(rw: &Redwheel, name: &str, n: usize, json: bool) -> Result<(), Failure> {
+    peek(rw, name, MessageState::Dead, n, json)
+}
+
+// ---------------------------------------------------------------- changes
+
+/// Opens `name` through the queue API (raw bytes), if it exists.
+fn open(rw: &Redwheel, name: &str) -> Result<Queue<Vec<u8>>, Failure> {
+    existing(rw, name)?;
+    Ok(rw.queue::<Vec<u8>>(name)?)
+}
+
+fn requeue_dead(rw: &Redwheel, name: &str, n: usize, json: bool) -> Result<(), Failure> {
+    let q = open(rw, name)?;
+    let moved = q.requeue_dead(n)?;
+    if json {
+        emit_json(&json!({ "queue": name, "requeued": moved }));
+    } else {
+        emit(&format!("requeued {moved} dead letters of {name}\n"));
+    }
+    Ok(())
+}
+
+fn remove(rw: &Redwheel, name: &str, ids: &[String], json: bool) -> Result<(), Failure> {
+    let q = open(rw, name)?;
+    let (mut removed, mut missing) = (Vec::new(), Vec::new());
+    for id in ids {
+        if q.remove(&MessageId::from(id.as_str()))? {
+            removed.push(id.as_str());
+        } else {
+            missing.push(id.as_str());
+        }
+    }
+    if json {
+        emit_json(&json!({ "queue": name, "removed": removed, "not_found": missing }));
+    } else {
+        for id in &removed {
+            emit(&format!("removed {id}\n"));
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            code::NOT_FOUND,
+            format!(
+                "{} of {} ids not found in queue {name:?}: {}",
+                missing.len(),
+                ids.len(),
+                missing.join(" ")
+            ),
+        ))
+    }
+}
+
+fn offer(
+    rw: &Redwheel,
+    name: &str,
+    payload: &str,
+    delay: Duration,
+    json: bool,
+) -> Result<(), Failure> {
+    let q = rw.queue::<Vec<u8>>(name)?;
+    let id = q.offer(&payload.as_bytes().to_vec(), delay)?;
+    if json {
+        emit_json(&json!({
+            "queue": name,
+            "id": id.as_str(),
+            "delay_ms": delay.as_millis() as u64,
+        }));
+    } else {
+        emit(&format!("{id}\n"));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- watch
+
+/// One queue's reading at one instant.
+struct Sample {
+    stats: QueueStats,
+    delivered: u64,
+    at: Instant,
+    /// Ready-age p50 and p99 (ms) and how many ready messages they cover.
+    ages: (Option<u64>, Option<u64>, usize),
+}
+
+fn sample(q: &QueueInspector) -> Result<Sample, Failure> {
+    let stats = q.stats()?;
+    let delivered = q.counters()?.delivered;
+    let at = Instant::now();
+    let mut ages = q.ready_ages(AGE_SAMPLE)?.ages_ms;
+    ages.sort_unstable();
+    Ok(Sample {
+        stats,
+        delivered,
+        at,
+        ages: (
+            out::quantile(&ages, 0.5),
+            out::quantile(&ages, 0.99),
+            ages.len(),
+        ),
+    })
+}
+
+/// Deliveries per second between two samples.
+fn rate(before: &Sample, after: &Sample) -> f64 {
+    let secs = after.at.duration_since(before.at).as_secs_f64();
+    if secs <= 0.0 {
+        return 0.0;
+    }
+    after.delivered.saturating_sub(before.delivered) as f64 / secs
+}
+
+fn watch(
+    rw: &Redwheel,
+    names: &[String],
+    interval: Duration,
+    once: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    if interval.is_zero() {
+        return Err(Failure::new(code::USAGE, "--interval must be more than 0"));
+    }
+    let tty = std::io::stdout().is_terminal() && !json && !once;
+    let mut queues = inspectors(rw, names)?;
+    let mut scanned = Instant::now();
+    let mut before: Vec<Sample> = queues.iter().map(sample).collect::<Result<_, _>>()?;
+    loop {
+        std::thread::sleep(interval);
+        let after: Vec<Sample> = queues.iter().map(sample).collect::<Result<_, _>>()?;
+        let now_ms = epoch_ms(SystemTime::now());
+        let frame: Vec<(&str, f64, &Sample)> = queues
+            .iter()
+            .zip(before.iter().zip(&after))
+            .map(|(q, (b, a))| (q.name(), rate(b, a), a))
+            .collect();
+        if json {
+            let list: Vec<Value> = frame
+                .iter()
+                .map(|(name, r, s)| {
+                    json!({
+                        "queue": name,
+                        "delayed": s.stats.delayed,
+                        "ready": s.stats.ready,
+                        "in_flight": s.stats.in_flight,
+                        "dead": s.stats.dead,
+                        "delivered": s.delivered,
+                        "delivered_per_sec": (r * 10.0).round() / 10.0,
+                        "ready_age_p50_ms": s.ages.0,
+                        "ready_age_p99_ms": s.ages.1,
+                        "ready_age_sampled": s.ages.2,
+                    })
+                })
+                .collect();
+            let doc = json!({
+                "time_ms": now_ms,
+                "interval_ms": interval.as_millis() as u64,
+                "queues": list,
+            });
+            if once {
+                emit_json(&doc);
+            } else {
+                emit(&format!("{doc}\n"));
+            }
+        } else {
+            let text = watch_frame(&frame, interval, now_ms);
+            if tty {
+                emit(&format!("\x1b[H\x1b[2J{text}"));
+            } else if once {
+                emit(&text);
+            } else {
+                emit(&format!("{text}\n"));
+            }
+        }
+        if once {
+            return Ok(());
+        }
+        if names.is_empty() && scanned.elapsed() >= RESCAN_EVERY {
+            queues = inspectors(rw, names)?;
+            scanned = Instant::now();
+            before = queues.iter().map(sample).collect::<Result<_, _>>()?;
+        } else {
+            before = after;
+        }
+    }
+}
+
+fn watch_frame(frame: &[(&str, f64, &Sample)], interval: Duration, now_ms: u64) -> String {
+    let mut text = format!(
+        "redwheel watch  {}  (every {}; ready-age: how long the first {} ready messages have been due)\n\n",
+        out::utc(now_ms),
+        out::human_ms(interval.as_millis() as u64),
+        AGE_SAMPLE
+    );
+    if frame.is_empty() {
+        text.push_str("no queues found\n");
+        return text;
+    }
+    let mut t = Table::new(&[
+        "QUEUE",
+        "DELAYED",
+        "READY",
+        "IN-FLIGHT",
+        "DEAD",
+        "DELIVERED/S",
+        "READY-AGE-P50",
+        "READY-AGE-P99",
+    ]);
+    for (name, r, s) in frame {
+        t.row(vec![
+            (*name).to_owned(),
+            s.stats.delayed.to_string(),
+            s.stats.ready.to_string(),
+            s.stats.in_flight.to_string(),
+            s.stats.dead.to_string(),
+            format!("{r:.1}"),
+            or_dash(s.ages.0.map(out::human_ms)),
+            or_dash(s.ages.1.map(out::human_ms)),
+        ]);
+    }
+    text.push_str(&t.render());
+    text
+}
+
+// ---------------------------------------------------------------- locks
+
+fn locks(rw: &Redwheel, pattern: &str, json: bool) -> Result<(), Failure> {
+    let found = rw.find_locks(pattern)?;
+    if json {
+        let list: Vec<Value> = found
+            .iter()
+            .map(|l| {
+                let holders: Vec<Value> = l
+                    .holders
+                    .iter()
+                    .map(|(owner, count)| json!({ "owner": owner, "holds": count }))
+                    .collect();
+                json!({
+                    "lock": l.name,
+                    "holders": holders,
+                    "ttl_ms": l.ttl_ms,
+                    "token": l.token,
+                    "last_token": l.last_token,
+                })
+            })
+            .collect();
+        emit_json(&json!({ "locks": list }));
+        return Ok(());
+    }
+    if found.is_empty() {
+        emit("no locks held\n");
+        return Ok(());
+    }
+    let mut t = Table::new(&["LOCK", "HOLDER", "HOLDS", "TTL", "TOKEN"]);
+    for l in &found {
+        let (owner, holds) = l
+            .holders
+            .first()
+            .map_or(("-".to_owned(), "-".to_owned()), |(o, c)| {
+                (o.clone(), c.to_string())
+            });
+        t.row(vec![
+            l.name.clone(),
+            owner,
+            holds,
+            l.ttl_ms.map_or_else(|| "none".to_owned(), out::human_ms),
+            or_dash(l.token.map(|t| t.to_string())),
+        ]);
+    }
+    emit(&t.render());
+    Ok(())
+}
