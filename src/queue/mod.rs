@@ -13,11 +13,17 @@
 //! | `redwheel:{N}:delayed` | ZSET | message id → due time (epoch ms, Redis server clock) |
 //! | `redwheel:{N}:msg` | HASH | message id → `"<due ms>:<payload bytes>"` |
 //! | `redwheel:{N}:ready` | LIST | ids that are due, in due order |
-//! | `redwheel:{N}:dead` | ZSET | ids of messages a consumer could not decode → when they were parked |
+//! | `redwheel:{N}:inflight` | ZSET | claimed ids → visibility deadline (ms) |
+//! | `redwheel:{N}:lease` | HASH | claimed id → token of its current claim |
+//! | `redwheel:{N}:attempts` | HASH | id → deliveries so far |
+//! | `redwheel:{N}:dead` | ZSET | dead ids (delivery limit reached, or undecodable) → when they died (ms) |
+//! | `redwheel:{N}:reason` | HASH | dead id → why it died |
+//! | `redwheel:{N}:counts` | HASH | `delivered` → messages handed out by take and claim so far |
 //! | `redwheel:{N}:wake` | channel | a new earliest due time (ms) |
 //!
 //! Every state change is one Lua script (`lua/*.lua` in the repository):
-//! offer, batch offer, transfer, remove, clear, take, park. Due times and
+//! offer, batch offer, transfer, remove, clear, take, park, claim, ack,
+//! nack, extend, dead, requeue, stats. Due times and
 //! "now" come from the server's `TIME`, so machines with skewed clocks
 //! agree; relative delays are sent, never client timestamps. No script
 //! scans a list.
