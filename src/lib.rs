@@ -132,6 +132,7 @@ pub mod lock;
 pub mod queue;
 mod runtime;
 mod scripts;
+mod telemetry;
 // The timer's fast path (pooled slots, per-thread rings) is unsafe code,
 // each block with its `// SAFETY:` argument, covered by Miri and loom.
 #[allow(unsafe_code)]

@@ -465,7 +465,9 @@ impl<T: Codec> Queue<T> {
     /// Gives a running message back with no delay (shutdown).
     fn release(&self, r: &Running, why: &str) -> Result<(), Error> {
         let keys = &self.state.keys;
-        self.rt()
+        let _span = crate::telemetry::queue_op("nack", &self.state.name, 1);
+        let n = self
+            .rt()
             .run(&keys.inflight, crate::error::Access::Write, |con| {
                 scripts::NACK
                     .key(&keys.inflight)
@@ -482,8 +484,15 @@ impl<T: Codec> Queue<T> {
                     .arg(self.max_deliveries)
                     .arg(why)
                     .invoke::<i64>(con)
-            })
-            .map(|_| ())
+            })?;
+        let metrics = &self.state.metrics;
+        if n == 1 || n == 2 {
+            metrics.nacked.add(1);
+        }
+        if n == 2 {
+            metrics.dead_lettered.add(1);
+        }
+        Ok(())
     }
 }
 
