@@ -597,7 +597,7 @@ fn dispatch<T: Codec>(q: &Queue<T>, inner: &Inner, opts: &ConsumerOptions, lane:
             let d = match d {
                 Ok(d) => d,
                 Err(e) => {
-                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: a message could not be decoded; it is a dead letter now");
+                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = e.message_id().unwrap_or_default(), error = %e, "consumer: a message could not be decoded; it is a dead letter now");
                     continue;
                 }
             };

@@ -1110,7 +1110,7 @@ impl<T: Transport> Runner<T> {
                         }
                         loaded.push(ptr);
                         if let Err(e) = self.transport.load_script(script) {
-                            tracing::warn!(target: "redwheel::runtime", error = %e, "could not load a script");
+                            tracing::warn!(target: "redwheel::runtime", job = %slot.job.describe(), error = %e, "could not load a script");
                         }
                     }
                     Ok(Next::Again)
