@@ -974,14 +974,17 @@ impl<T: Transport> Runner<T> {
         let result = if empty {
             Ok(Vec::new())
         } else {
-            let sent = Instant::now();
+            // Timed only if someone looks (the feature, or the span).
+            let sent = (cfg!(feature = "metrics") || !span.is_disabled()).then(Instant::now);
             let result = span.in_scope(|| self.transport.round_trip(&self.commands));
-            let took = sent.elapsed();
-            self.shared
-                .metrics
-                .round_duration
-                .record(took.as_secs_f64());
-            span.record("elapsed_us", took.as_micros() as u64);
+            if let Some(sent) = sent {
+                let took = sent.elapsed();
+                self.shared
+                    .metrics
+                    .round_duration
+                    .record(took.as_secs_f64());
+                span.record("elapsed_us", took.as_micros() as u64);
+            }
             result
         };
         let now = self.shared.timer.now();
