@@ -120,6 +120,11 @@
 //!
 //! * `serde`: JSON payloads through serde, `rw.queue::<Json<T>>(…)`
 //!   (`queue::Json`).
+//! * `metrics`: counters, gauges and histograms (per queue: offered,
+//!   delivered, acked…, backlog, delivery lateness; per process: driver
+//!   rounds, reconnects, wheel lag, lock renewals) through the `metrics`
+//!   facade; install the exporter's recorder before connecting. The names
+//!   are in the README's "Operating it".
 //! * `tls`: `rediss://` URLs, through the `redis` crate's rustls support;
 //!   `RedwheelOptions::tls_root_certificate` trusts a private CA.
 
@@ -132,6 +137,7 @@ pub mod lock;
 pub mod queue;
 mod runtime;
 mod scripts;
+mod telemetry;
 // The timer's fast path (pooled slots, per-thread rings) is unsafe code,
 // each block with its `// SAFETY:` argument, covered by Miri and loom.
 #[allow(unsafe_code)]

@@ -1,1 +1,531 @@
-//! Metrics scraped over HTTP (placeholder).
+//! Metrics scraped over HTTP: the `metrics` feature's series, rendered by
+//! `metrics-exporter-prometheus`, served by the example's tiny HTTP
+//! responder (`examples/support/metrics_http.rs`), fetched with a plain
+//! `TcpStream` GET and parsed from the text format, move by what real
+//! traffic against a private `redis-server` did.
+//!
+//! One global recorder per test binary (installed before any `Redwheel`
+//! connects). Tests run in parallel and share it: queue series are told
+//! apart by each test's own queue names, so their counts are exact;
+//! process-wide series (driver, wheel, reconnects) are asserted to move,
+//! and the lock series are touched by one test only.
+
+mod support;
+
+#[path = "../examples/support/metrics_http.rs"]
+mod metrics_http;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_http::MetricsServer;
+use redwheel::{ErrorKind, Nacked, QueueOptions, Redwheel};
+use support::{RedisServer, within};
+
+const HANG: Duration = Duration::from_secs(120);
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The process's recorder, installed once.
+fn recorder() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Suffix("_seconds".to_owned()),
+                &[0.001, 0.01, 0.1, 1.0, 10.0],
+            )
+            .unwrap()
+            .install_recorder()
+            .expect("the only recorder of this test binary")
+    })
+}
+
+/// A `/metrics` endpoint on an OS-picked port, serving the recorder.
+fn endpoint() -> MetricsServer {
+    let handle = recorder().clone();
+    MetricsServer::start("127.0.0.1:0", move || {
+        handle.run_upkeep();
+        handle.render()
+    })
+    .unwrap()
+}
+
+/// One scrape: series (name and sorted labels) → value.
+#[derive(Debug)]
+struct Scrape(HashMap<String, f64>);
+
+impl Scrape {
+    fn of(server: &MetricsServer) -> Scrape {
+        let (status, body) = metrics_http::get(server.addr(), "/metrics").unwrap();
+        assert_eq!(status, 200, "{body}");
+        Scrape::parse(&body)
+    }
+
+    /// The text format: `name{k="v",…} value` lines; `#` lines are help
+    /// and type.
+    fn parse(text: &str) -> Scrape {
+        let mut series = HashMap::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (metric, value) = line.rsplit_once(' ').expect("`series value`");
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("a value: {line}"));
+            let (name, labels) = match metric.split_once('{') {
+                Some((name, rest)) => (name, rest.trim_end_matches('}')),
+                None => (metric, ""),
+            };
+            let labels: Vec<(&str, &str)> = labels
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    let (k, v) = l.split_once('=').expect("k=\"v\"");
+                    (k, v.trim_matches('"'))
+                })
+                .collect();
+            series.insert(key(name, &labels), value);
+        }
+        Scrape(series)
+    }
+
+    /// The value of a series, if exported.
+    fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.0.get(&key(name, labels)).copied()
+    }
+
+    /// The value of a series that must be exported.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.get(name, labels)
+            .unwrap_or_else(|| panic!("no series {}", key(name, labels)))
+    }
+}
+
+fn key(name: &str, labels: &[(&str, &str)]) -> String {
+    let sorted: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let labels: Vec<String> = sorted.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// How much a series grew between two scrapes (absent before: from 0).
+fn delta(before: &Scrape, after: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    after.value(name, labels) - before.get(name, labels).unwrap_or(0.0)
+}
+
+/// Polls `f` until it gives `Some`, failing after [`WAIT`].
+fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Scrapes until series `name` has grown by `by` since `before` (a
+/// driver-side count may lag what a consumer already saw), then returns
+/// that scrape; fails if it grows past `by` or not within [`WAIT`].
+fn scrape_when(
+    http: &MetricsServer,
+    before: &Scrape,
+    name: &str,
+    labels: &[(&str, &str)],
+    by: f64,
+) -> Scrape {
+    until(&format!("{name} to grow by {by}"), || {
+        let s = Scrape::of(http);
+        let grown = s.get(name, labels).unwrap_or(0.0) - before.get(name, labels).unwrap_or(0.0);
+        assert!(grown <= by, "{name} grew by {grown}, more than {by}");
+        (grown == by).then_some(s)
+    })
+}
+
+fn connect(server: &RedisServer) -> Redwheel {
+    recorder(); // before connecting: handles are looked up at open
+    Redwheel::connect(&server.url()).unwrap()
+}
+
+#[test]
+fn queue_counters_move_by_exactly_what_the_traffic_did() {
+    within(HANG, || {
+        let server = RedisServer::start();
+        let rw = connect(&server);
+        let http = endpoint();
+        let q = rw
+            .queue_with::<String>(
+                "m-reliable",
+                QueueOptions::default()
+                    .visibility(Duration::from_millis(300))
+                    .max_deliveries(2),
+            )
+            .unwrap();
+        let label = [("queue", "m-reliable")];
+        let before = Scrape::of(&http);
+
+        // Three messages due at once: the transfer moves them to ready.
+        q.offer_batch(&[
+            ("acked".to_string(), Duration::ZERO),
+            ("nacked".to_string(), Duration::ZERO),
+        ])
+        .unwrap();
+        q.offer(&"expiring".to_string(), Duration::ZERO).unwrap();
+        until("the transfer of 3", || {
+            (q.transfer_stats().moved == 3).then_some(())
+        });
+
+        // Attempt 1 of each (in whatever order ties of due time come):
+        // ack, nack (retried: it goes behind the other two), and one left
+        // to expire.
+        let (mut nacked_id, mut left) = (None, None);
+        for _ in 0..3 {
+            let d = q.claim(WAIT).unwrap().unwrap();
+            assert_eq!(d.attempt(), 1);
+            match d.payload().as_str() {
+                "acked" => d.ack().unwrap(),
+                "nacked" => {
+                    assert_eq!(d.nack(Duration::ZERO).unwrap(), Nacked::Retried);
+                    nacked_id = Some(d.id().clone());
+                }
+                _ => left = Some(d),
+            }
+        }
+        let (nacked_id, left) = (nacked_id.unwrap(), left.unwrap());
+        let expiring = left.id().clone();
+
+        // Attempt 2 of both: the nacked one dies at the limit, the expired
+        // one (redelivered by the transfer job) is acked.
+        let mut seen = 0;
+        while seen < 2 {
+            let d = q.claim(WAIT).unwrap().expect("a redelivery");
+            assert_eq!(d.attempt(), 2);
+            if d.id() == &nacked_id {
+                assert_eq!(d.nack(Duration::ZERO).unwrap(), Nacked::Dead);
+            } else {
+                assert_eq!(d.id(), &expiring);
+                // The first claim's ack is refused: not counted.
+                assert_eq!(left.ack().unwrap_err().kind(), ErrorKind::StaleDelivery);
+                d.ack().unwrap();
+            }
+            seen += 1;
+        }
+        // Once the message is gone, an ack is a no-op: not counted either.
+        left.ack().unwrap();
+
+        // A consumer may get a message before the driver thread has read
+        // the transfer's reply (and counted it): wait for the count.
+        let after = scrape_when(
+            &http,
+            &before,
+            "redwheel_messages_transferred_total",
+            &label,
+            5.0,
+        );
+        let moved = |name| delta(&before, &after, name, &label);
+        assert_eq!(moved("redwheel_messages_offered_total"), 3.0);
+        // 3 moved at first, the nacked one again, the expired claim.
+        assert_eq!(moved("redwheel_messages_transferred_total"), 5.0);
+        assert_eq!(moved("redwheel_messages_delivered_total"), 5.0);
+        assert_eq!(moved("redwheel_messages_redelivered_total"), 2.0);
+        // Neither the refused ack nor the one of a message gone counts.
+        assert_eq!(moved("redwheel_messages_acked_total"), 2.0);
+        assert_eq!(moved("redwheel_messages_nacked_total"), 2.0);
+        assert_eq!(moved("redwheel_messages_dead_lettered_total"), 1.0);
+        // Lateness: the three first deliveries only.
+        assert_eq!(moved("redwheel_delivery_lateness_seconds_count"), 3.0);
+        assert!(after.value("redwheel_delivery_lateness_seconds_sum", &label) >= 0.0);
+        assert_eq!(
+            after.value(
+                "redwheel_delivery_lateness_seconds_bucket",
+                &[("queue", "m-reliable"), ("le", "+Inf")]
+            ),
+            after.value("redwheel_delivery_lateness_seconds_count", &label)
+        );
+        assert_eq!(
+            q.transfer_stats().moved as f64,
+            moved("redwheel_messages_transferred_total")
+        );
+    });
+}
+
+#[test]
+fn take_counts_deliveries_and_records_their_lateness() {
+    within(HANG, || {
+        let server = RedisServer::start();
+        let rw = connect(&server);
+        let http = endpoint();
+        let q = rw.queue::<String>("m-take").unwrap();
+        let label = [("queue", "m-take")];
+        let before = Scrape::of(&http);
+        for i in 0..4 {
+            q.offer(&format!("m{i}"), Duration::from_millis(20))
+                .unwrap();
+        }
+        // An idempotent offer of a known id adds nothing.
+        let id = redwheel::MessageId::from("fixed");
+        assert!(
+            q.offer_with_id(&id, &"x".to_string(), Duration::ZERO)
+                .unwrap()
+        );
+        assert!(
+            !q.offer_with_id(&id, &"x".to_string(), Duration::ZERO)
+                .unwrap()
+        );
+        for _ in 0..5 {
+            q.poll(WAIT).unwrap().expect("a message");
+        }
+        let after = scrape_when(
+            &http,
+            &before,
+            "redwheel_messages_transferred_total",
+            &label,
+            5.0,
+        );
+        let moved = |name| delta(&before, &after, name, &label);
+        assert_eq!(moved("redwheel_messages_offered_total"), 5.0);
+        assert_eq!(moved("redwheel_messages_delivered_total"), 5.0);
+        assert_eq!(moved("redwheel_delivery_lateness_seconds_count"), 5.0);
+        assert_eq!(moved("redwheel_messages_transferred_total"), 5.0);
+        assert_eq!(
+            after.get("redwheel_messages_acked_total", &label),
+            Some(0.0)
+        );
+    });
+}
+
+#[test]
+fn backlog_gauges_match_what_stats_returned() {
+    within(HANG, || {
+        let server = RedisServer::start();
+        let rw = connect(&server);
+        let http = endpoint();
+        let q = rw
+            .queue_with::<String>("m-backlog", QueueOptions::default().max_deliveries(1))
+            .unwrap();
+        let state = |s| [("queue", "m-backlog"), ("state", s)];
+        let check = |scrape: &Scrape, stats: &redwheel::QueueStats| {
+            assert_eq!(
+                scrape.value("redwheel_queue_messages", &state("delayed")),
+                stats.delayed as f64
+            );
+            assert_eq!(
+                scrape.value("redwheel_queue_messages", &state("ready")),
+                stats.ready as f64
+            );
+            assert_eq!(
+                scrape.value("redwheel_queue_messages", &state("in_flight")),
+                stats.in_flight as f64
+            );
+            assert_eq!(
+                scrape.value("redwheel_queue_messages", &state("dead")),
+                stats.dead as f64
+            );
+            assert_eq!(
+                scrape.value(
+                    "redwheel_queue_oldest_overdue_seconds",
+                    &[("queue", "m-backlog")]
+                ),
+                stats.oldest_overdue.unwrap_or_default().as_secs_f64()
+            );
+        };
+
+        // Two far in the future, three due: one claimed and held, one dead.
+        for _ in 0..2 {
+            q.offer(&"later".to_string(), Duration::from_secs(3600))
+                .unwrap();
+        }
+        for _ in 0..3 {
+            q.offer(&"now".to_string(), Duration::ZERO).unwrap();
+        }
+        until("the transfer of 3", || {
+            (q.transfer_stats().moved == 3).then_some(())
+        });
+        let held = q.claim(WAIT).unwrap().unwrap();
+        let dies = q.claim(WAIT).unwrap().unwrap();
+        assert_eq!(dies.nack(Duration::ZERO).unwrap(), Nacked::Dead);
+        let stats = q.stats().unwrap();
+        assert_eq!(
+            (stats.delayed, stats.ready, stats.in_flight, stats.dead),
+            (2, 1, 1, 1)
+        );
+        let first = Scrape::of(&http);
+        check(&first, &stats);
+
+        // The gauges follow the next `stats()`.
+        held.ack().unwrap();
+        q.poll(WAIT).unwrap().unwrap();
+        q.offer(&"later".to_string(), Duration::from_secs(3600))
+            .unwrap();
+        let stats = q.stats().unwrap();
+        assert_eq!(
+            (stats.delayed, stats.ready, stats.in_flight, stats.dead),
+            (3, 0, 0, 1)
+        );
+        let second = Scrape::of(&http);
+        check(&second, &stats);
+        assert_eq!(
+            delta(
+                &first,
+                &second,
+                "redwheel_queue_messages",
+                &state("delayed")
+            ),
+            1.0
+        );
+    });
+}
+
+#[test]
+fn lock_acquisitions_renewals_and_lost_leases_are_counted() {
+    within(HANG, || {
+        let server = RedisServer::start();
+        let rw = connect(&server);
+        let http = endpoint();
+        let before = Scrape::of(&http);
+        let before_stats = rw.lock_stats();
+
+        // A watchdog lease of 300 ms is renewed every 100 ms.
+        let lock = rw.lock("m-lock").watchdog_lease(Duration::from_millis(300));
+        let guard = lock.lock().unwrap();
+        until("two renewals", || {
+            (rw.lock_stats().renewals >= before_stats.renewals + 2).then_some(())
+        });
+        guard.unlock().unwrap();
+
+        // A hold force-unlocked by its own process is lost.
+        let other = rw.lock("m-lock-forced");
+        let forced = other.lock().unwrap();
+        assert!(other.force_unlock().unwrap());
+        assert!(forced.is_lost());
+        assert_eq!(forced.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+
+        // No renewal lands after an unlock; one whose reply was being read
+        // as the lock was released may be counted in the stats a moment
+        // before the metric.
+        let stats = rw.lock_stats();
+        let renewals = (stats.renewals - before_stats.renewals) as f64;
+        let after = scrape_when(
+            &http,
+            &before,
+            "redwheel_lock_renewals_total",
+            &[],
+            renewals,
+        );
+        assert_eq!(
+            delta(&before, &after, "redwheel_lock_acquired_total", &[]),
+            2.0
+        );
+        // Only this test takes locks in this process, so the metric moved
+        // by this `Redwheel`'s count (`scrape_when` above) and no more.
+        assert!(renewals >= 2.0);
+        assert_eq!(
+            delta(
+                &before,
+                &after,
+                "redwheel_lock_leases_lost_total",
+                &[("cause", "force_unlocked")]
+            ),
+            1.0
+        );
+        assert_eq!(
+            delta(
+                &before,
+                &after,
+                "redwheel_lock_leases_lost_total",
+                &[("cause", "gone")]
+            ),
+            0.0
+        );
+    });
+}
+
+#[test]
+fn driver_rounds_and_wheel_gauges_are_exported() {
+    within(HANG, || {
+        let server = RedisServer::start();
+        let rw = connect(&server);
+        let http = endpoint();
+        let q = rw.queue::<String>("m-driver").unwrap();
+        let before = Scrape::of(&http);
+        let rounds = rw.driver_stats().rounds;
+        q.offer(&"x".to_string(), Duration::from_millis(10))
+            .unwrap();
+        q.poll(WAIT).unwrap().unwrap();
+        until("a driver round", || {
+            (rw.driver_stats().rounds > rounds).then_some(())
+        });
+        let after = until("the round in the histogram", || {
+            let s = Scrape::of(&http);
+            (delta(
+                &before,
+                &s,
+                "redwheel_driver_round_duration_seconds_count",
+                &[],
+            ) >= 1.0)
+                .then_some(s)
+        });
+        assert!(after.value("redwheel_driver_round_duration_seconds_sum", &[]) > 0.0);
+        // Set by the driver after a round (this process has a wheel with
+        // guard sweeps armed, so some timeouts are pending).
+        assert!(after.value("redwheel_wheel_pending_timeouts", &[]) >= 1.0);
+        let lag = after.value("redwheel_wheel_tick_lag_seconds", &[]);
+        assert!(lag >= 0.0 && lag.is_finite());
+        for name in [
+            "redwheel_driver_rounds_failed_total",
+            "redwheel_driver_job_failures_total",
+        ] {
+            assert!(after.get(name, &[]).is_some(), "no {name}");
+        }
+    });
+}
+
+#[test]
+fn reconnects_after_a_redis_restart_are_counted() {
+    within(HANG, || {
+        let mut server = RedisServer::start();
+        let rw = connect(&server);
+        let http = endpoint();
+        let q = rw.queue::<String>("m-restart").unwrap();
+        // The driver connects at its first round (the new queue's first
+        // transfer); a first connect after the restart is no reconnect.
+        until("the first transfer", || {
+            (q.transfer_stats().runs >= 1).then_some(())
+        });
+        let before = Scrape::of(&http);
+        let reconnects = rw.driver_stats().reconnects;
+        server.restart();
+        // The driver reconnects at its next round (a guard sweep at the
+        // latest), the subscriber as soon as it notices.
+        q.offer(&"after".to_string(), Duration::ZERO).unwrap();
+        q.poll(WAIT).unwrap().unwrap();
+        until("the driver's reconnect", || {
+            (rw.driver_stats().reconnects > reconnects).then_some(())
+        });
+        until("both reconnects in the scrape", || {
+            let s = Scrape::of(&http);
+            let driver = delta(
+                &before,
+                &s,
+                "redwheel_reconnects_total",
+                &[("connection", "driver")],
+            );
+            let sub = delta(
+                &before,
+                &s,
+                "redwheel_reconnects_total",
+                &[("connection", "subscriber")],
+            );
+            (driver >= 1.0 && sub >= 1.0).then_some(())
+        });
+    });
+}
+
+#[test]
+fn the_endpoint_answers_other_paths_with_404() {
+    let http = endpoint();
+    let (status, _) = metrics_http::get(http.addr(), "/other").unwrap();
+    assert_eq!(status, 404);
+}

@@ -1163,3 +1163,24 @@ fn an_executor_is_told_once_per_tick_after_the_last_job_of_that_tick() -> TestRe
     assert_eq!(get(&ran), 6);
     Ok(())
 }
+
+// Not in SPEC: `tick_lag` reports how late the worker processed its latest
+// tick (the `redwheel_wheel_tick_lag_seconds` gauge reads it).
+#[test]
+fn tick_lag_is_how_late_the_latest_tick_was_processed() -> TestResult {
+    let (timer, clock) = manual_timer(ms(1), 512);
+    assert_eq!(timer.tick_lag(), Duration::ZERO, "no tick processed yet");
+    let ran = counter();
+    timer.new_timeout(ms(5), counting(&ran))?;
+    // On time: tick 5 (ending at 6 ms) is processed when it ends.
+    clock.advance(ms(6));
+    assert_eq!(get(&ran), 1);
+    assert_eq!(timer.tick_lag(), Duration::ZERO);
+    // The clock jumps 20 ms past the end of the tick of the next timeout
+    // (due at 10 ms, in tick 10, ending at 11 ms): processed that late.
+    timer.new_timeout(ms(4), counting(&ran))?;
+    clock.advance(ms(25));
+    assert_eq!(get(&ran), 2);
+    assert_eq!(timer.tick_lag(), ms(20));
+    Ok(())
+}

@@ -120,6 +120,7 @@ use self::state::{
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::{Backoff, Deadline, Redwheel, Runtime, Subscription, shut_down};
 use crate::scripts;
+use crate::telemetry;
 
 /// The default watchdog lease.
 pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
@@ -500,6 +501,7 @@ impl Lock {
     /// True if anyone holds the lock now.
     pub fn is_locked(&self) -> Result<bool, Error> {
         let st = self.valid_state()?;
+        let _span = telemetry::lock_op("exists", &st.name);
         let n: i64 = self.rt().run(&st.keys.lock, Access::Read, |con| {
             redis::cmd("EXISTS").arg(&st.keys.lock).query(con)
         })?;
@@ -511,6 +513,7 @@ impl Lock {
     pub fn hold_count(&self) -> Result<u32, Error> {
         let (st, reg) = (self.valid_state()?, self.registry()?);
         let owner = reg.ctx.owner();
+        let _span = telemetry::lock_op("hget", &st.name);
         let n: Option<u32> = self
             .rt()
             .run(&st.keys.lock, Access::Read, |con| {
@@ -526,6 +529,7 @@ impl Lock {
     /// gone. An operator's tool: the holder is not asked.
     pub fn force_unlock(&self) -> Result<bool, Error> {
         let st = self.valid_state()?;
+        let span = telemetry::lock_op("lock_force_release", &st.name);
         let n: i64 = self
             .rt()
             .run(&st.keys.lock, Access::Write, |con| {
@@ -535,6 +539,7 @@ impl Lock {
                     .invoke(con)
             })
             .map_err(|e| self.wrap(e, "could not force the unlock"))?;
+        drop(span);
         let holds: Vec<Arc<Hold>> = st.holds.lock().values().cloned().collect();
         for h in holds {
             h.lose(LostCause::ForceUnlocked);
@@ -700,6 +705,7 @@ impl Lock {
             .acquire_attempts
             .fetch_add(1, Ordering::Relaxed);
         let sent = now_ns();
+        let span = telemetry::lock_op("lock_acquire", &st.name);
         let reply: Result<Vec<i64>, Error> = self.rt().run(&st.keys.lock, Access::Write, |con| {
             scripts::LOCK_ACQUIRE
                 .key(&st.keys.lock)
@@ -710,6 +716,7 @@ impl Lock {
                 .arg(new_count)
                 .invoke(con)
         });
+        drop(span);
         let undo_join = |hold: &Hold| {
             if let Some(g) = &joined {
                 g.leave(hold);
@@ -777,6 +784,7 @@ impl Lock {
                     }
                 }
                 reg.ctx.counters.acquired.fetch_add(1, Ordering::Relaxed);
+                reg.ctx.metrics.acquired.add(1);
                 Ok(Attempt::Granted(LockGuard {
                     lock: self.clone(),
                     hold: guard_hold,
@@ -962,6 +970,7 @@ fn send_release(
     token: u64,
     left: u32,
 ) -> Result<i64, Error> {
+    let _span = telemetry::lock_op("lock_release", &st.name);
     rt.run_once(&st.keys.lock, Access::Write, |con| {
         scripts::LOCK_RELEASE
             .key(&st.keys.lock)

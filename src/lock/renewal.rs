@@ -232,6 +232,7 @@ impl Job for RenewalJob {
             }
         }
         counters.renewals.fetch_add(renewed, Ordering::Relaxed);
+        group.ctx.metrics.renewals.add(renewed);
         tracing::trace!(target: "redwheel::lock", lease_ms = group.lease.as_millis() as u64, renewed, "lock renewal round");
         if let Some(reply) = bad {
             return Err(Error::new(

@@ -27,6 +27,7 @@ use parking_lot::{Condvar, Mutex};
 use super::renewal::RenewalGroup;
 use super::{LeaseLost, LostCause};
 use crate::error::{Error, ErrorKind};
+use crate::telemetry::LockMetrics;
 
 /// Longest lock name, in bytes.
 pub const MAX_NAME_LEN: usize = 200;
@@ -125,6 +126,8 @@ pub(crate) struct LockCtx {
     /// `"<16 hex digits>:"`, random per `Redwheel`.
     pub owner_prefix: String,
     pub counters: Counters,
+    /// The same events for the `metrics` feature (no-ops without it).
+    pub metrics: LockMetrics,
     /// The watcher thread (started on first use): it marks holds lost when
     /// their lease may have run out, whatever the driver thread is doing
     /// (a round hung on a dead connection for up to the command timeout),
@@ -144,6 +147,7 @@ impl LockCtx {
         LockCtx {
             owner_prefix: format!("{id:016x}:"),
             counters: Counters::default(),
+            metrics: LockMetrics::new(),
             watch_tx: OnceLock::new(),
         }
     }
@@ -371,6 +375,13 @@ impl Hold {
             group.leave(self);
         }
         self.ctx.counters.lost.fetch_add(1, Ordering::Relaxed);
+        let metrics = &self.ctx.metrics;
+        match cause {
+            LostCause::Gone => &metrics.lost_gone,
+            LostCause::Expired => &metrics.lost_expired,
+            LostCause::ForceUnlocked => &metrics.lost_force_unlocked,
+        }
+        .add(1);
         let token = self.token();
         tracing::error!(
             target: "redwheel::lock",

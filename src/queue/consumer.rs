@@ -465,7 +465,9 @@ impl<T: Codec> Queue<T> {
     /// Gives a running message back with no delay (shutdown).
     fn release(&self, r: &Running, why: &str) -> Result<(), Error> {
         let keys = &self.state.keys;
-        self.rt()
+        let _span = crate::telemetry::queue_op("nack", &self.state.name, 1);
+        let n = self
+            .rt()
             .run(&keys.inflight, crate::error::Access::Write, |con| {
                 scripts::NACK
                     .key(&keys.inflight)
@@ -482,8 +484,15 @@ impl<T: Codec> Queue<T> {
                     .arg(self.max_deliveries)
                     .arg(why)
                     .invoke::<i64>(con)
-            })
-            .map(|_| ())
+            })?;
+        let metrics = &self.state.metrics;
+        if n == 1 || n == 2 {
+            metrics.nacked.add(1);
+        }
+        if n == 2 {
+            metrics.dead_lettered.add(1);
+        }
+        Ok(())
     }
 }
 
@@ -588,7 +597,7 @@ fn dispatch<T: Codec>(q: &Queue<T>, inner: &Inner, opts: &ConsumerOptions, lane:
             let d = match d {
                 Ok(d) => d,
                 Err(e) => {
-                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: a message could not be decoded; it is a dead letter now");
+                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = e.message_id().unwrap_or_default(), error = %e, "consumer: a message could not be decoded; it is a dead letter now");
                     continue;
                 }
             };

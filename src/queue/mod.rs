@@ -75,6 +75,7 @@ use self::state::{QueueState, new_message_id};
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::{Backoff, Conn, Deadline, Redwheel, Runtime, Subscription, shut_down};
 use crate::scripts::{self, BATCH_OFFER_MAX, MAX_DUE_MS, TRANSFER_BATCH_MAX};
+use crate::telemetry;
 
 /// Longest guard interval accepted.
 const MAX_GUARD_INTERVAL: Duration = Duration::from_secs(86_400);
@@ -576,6 +577,7 @@ impl<T: Codec> Queue<T> {
     /// Adds one message; true if added, false if the id was known.
     fn offer_raw(&self, mode: &str, value: u64, id: &str, bytes: &[u8]) -> Result<bool, Error> {
         let keys = &self.state.keys;
+        let _span = telemetry::queue_op("offer", &self.state.name, 1);
         let (due, replicas): (i64, Option<i64>) = self
             .rt()
             .run(&keys.delayed, Access::Write, |con| {
@@ -591,6 +593,9 @@ impl<T: Codec> Queue<T> {
                 Ok((due, self.wait(con)?))
             })
             .map_err(|e| self.tag(e).for_message(id))?;
+        if due >= 0 {
+            self.state.metrics.offered.add(1);
+        }
         self.check_replicas(replicas, Some(id))?;
         Ok(due >= 0)
     }
@@ -677,12 +682,15 @@ impl<T: Codec> Queue<T> {
                 inv.arg(*ms).arg(id).arg(bytes.as_ref());
             }
             let rt = self.rt();
+            let _span = telemetry::queue_op("offer_batch", &self.state.name, chunk.len());
             if check_ids {
                 let (flags, replicas): (Vec<i64>, _) = rt
                     .run(&keys.delayed, Access::Write, |con| {
                         Ok((inv.invoke(con)?, self.wait(con)?))
                     })
                     .map_err(|e| self.tag(e))?;
+                let new = flags.iter().filter(|&&f| f == 1).count();
+                self.state.metrics.offered.add(new as u64);
                 self.check_replicas(replicas, None)?;
                 added.extend(flags.into_iter().map(|f| f == 1));
             } else {
@@ -691,6 +699,7 @@ impl<T: Codec> Queue<T> {
                         Ok((inv.invoke(con)?, self.wait(con)?))
                     })
                     .map_err(|e| self.tag(e))?;
+                self.state.metrics.offered.add(chunk.len() as u64);
                 self.check_replicas(replicas, None)?;
                 added.resize(added.len() + chunk.len(), true);
             }
@@ -738,6 +747,7 @@ impl<T: Codec> Queue<T> {
     pub fn remove(&self, id: &MessageId) -> Result<bool, Error> {
         check_id(id).map_err(|e| self.tag(e))?;
         let keys = &self.state.keys;
+        let _span = telemetry::queue_op("remove", &self.state.name, 1);
         let n: i64 = self
             .rt()
             .run(&keys.delayed, Access::Write, |con| {
@@ -760,6 +770,7 @@ impl<T: Codec> Queue<T> {
     /// (dead letters are not counted).
     pub fn len(&self) -> Result<u64, Error> {
         let keys = &self.state.keys;
+        let _span = telemetry::queue_op("len", &self.state.name, 0);
         let n: i64 = self
             .rt()
             .run(&keys.msg, Access::Read, |con| {
@@ -777,6 +788,7 @@ impl<T: Codec> Queue<T> {
     /// Messages not yet due (in the `delayed` sorted set).
     pub fn delayed_len(&self) -> Result<u64, Error> {
         let key = &self.state.keys.delayed;
+        let _span = telemetry::queue_op("zcard", &self.state.name, 0);
         self.rt()
             .run(key, Access::Read, |con| {
                 redis::cmd("ZCARD").arg(key).query(con)
@@ -792,6 +804,7 @@ impl<T: Codec> Queue<T> {
         }
         let key = &self.state.keys.dead;
         let stop = i64::try_from(max).unwrap_or(i64::MAX) - 1;
+        let _span = telemetry::queue_op("zrange", &self.state.name, max);
         let ids: Vec<String> = self
             .rt()
             .run(key, Access::Read, |con| {
@@ -805,6 +818,7 @@ impl<T: Codec> Queue<T> {
     /// letters); returns how many there were.
     pub fn clear(&self) -> Result<u64, Error> {
         let keys = &self.state.keys;
+        let _span = telemetry::queue_op("clear", &self.state.name, 0);
         let n: i64 = self
             .rt()
             .run(&keys.delayed, Access::Write, |con| {
@@ -853,6 +867,7 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let popped = self.wait_pop(
             deadline,
+            ("take", 1),
             &scripts::TAKE,
             &[&keys.ready, &keys.msg, &keys.attempts, &keys.counts],
             &[],
@@ -865,11 +880,17 @@ impl<T: Codec> Queue<T> {
             self.tag(Error::new(ErrorKind::Protocol, "unexpected reply to take.lua").with_cause(e))
         })?;
         match parse_stored::<T>(&stored) {
-            Ok((due_ms, payload)) => Ok(Some(Message {
-                id: MessageId(id),
-                payload,
-                due_ms,
-            })),
+            Ok((due_ms, payload)) => {
+                let rt = self.rt();
+                self.state
+                    .metrics
+                    .delivered([(1, due_ms)], || rt.server_now_ms());
+                Ok(Some(Message {
+                    id: MessageId(id),
+                    payload,
+                    due_ms,
+                }))
+            }
             Err(cause) => Err(self.dead_on_arrival(&id, &stored, cause)),
         }
     }
@@ -882,6 +903,7 @@ impl<T: Codec> Queue<T> {
     pub(crate) fn wait_pop(
         &self,
         deadline: Option<Instant>,
+        op: (&'static str, usize),
         script: &redis::Script,
         keys: &[&str],
         args: &[&[u8]],
@@ -891,6 +913,7 @@ impl<T: Codec> Queue<T> {
         let max_block = rt.options.max_block;
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
         let pop = Pop {
+            op,
             script,
             keys,
             args,
@@ -963,11 +986,13 @@ impl<T: Codec> Queue<T> {
         pop: &Pop<'_>,
     ) -> redis::RedisResult<Option<redis::Value>> {
         let Pop {
+            op,
             script,
             keys,
             args,
             header,
         } = *pop;
+        let _span = telemetry::queue_op(op.0, &self.state.name, op.1);
         let invoke = |con: &mut Conn| -> redis::RedisResult<redis::Value> {
             let mut inv = script.prepare_invoke();
             for k in keys {
@@ -1051,6 +1076,7 @@ impl<T: Codec> Queue<T> {
     /// Puts an undecodable message in the dead letters; true if it was.
     fn park(&self, id: &str, value: &[u8], reason: &str) -> bool {
         let keys = &self.state.keys;
+        let _span = telemetry::queue_op("park", &self.state.name, 1);
         let parked = self.rt().run(&keys.msg, Access::Write, |con| {
             scripts::PARK
                 .key(&keys.msg)
@@ -1065,6 +1091,7 @@ impl<T: Codec> Queue<T> {
         });
         match parked {
             Ok(_) => {
+                self.state.metrics.dead_lettered.add(1);
                 tracing::warn!(
                     target: "redwheel::queue",
                     queue = %self.state.name,
@@ -1176,6 +1203,9 @@ fn check_id(id: &MessageId) -> Result<(), Error> {
 /// found nothing.
 #[derive(Clone, Copy)]
 struct Pop<'a> {
+    /// What it is and the most messages it pops, for the round trip's
+    /// span (`take`, `claim`).
+    op: (&'static str, usize),
     script: &'a redis::Script,
     keys: &'a [&'a str],
     args: &'a [&'a [u8]],

@@ -18,6 +18,7 @@ use super::{Codec, MessageId, Queue, parse_stored};
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::Deadline;
 use crate::scripts::{self, CLAIM_BATCH_MAX};
+use crate::telemetry;
 
 /// A claimed message: delivered at least once; [`ack`](Delivery::ack) it
 /// when done with it.
@@ -126,6 +127,7 @@ impl<T: Codec> Delivery<T> {
     /// message was delivered again, or waits to be.
     pub fn ack(&self) -> Result<(), Error> {
         let keys = &self.queue.state.keys;
+        let _span = telemetry::queue_op("ack", &self.queue.state.name, 1);
         let n: i64 = self
             .queue
             .rt()
@@ -143,6 +145,10 @@ impl<T: Codec> Delivery<T> {
         if n < 0 {
             return Err(self.stale("ack"));
         }
+        if n == 1 {
+            // Not a repeated ack of a message already gone.
+            self.queue.state.metrics.acked.add(1);
+        }
         Ok(())
     }
 
@@ -158,6 +164,7 @@ impl<T: Codec> Delivery<T> {
         let keys = &self.queue.state.keys;
         let delay_ms = u64::try_from(retry_delay.as_millis()).unwrap_or(u64::MAX);
         let delay_ms = delay_ms.min(self.queue.delay_limit());
+        let _span = telemetry::queue_op("nack", &self.queue.state.name, 1);
         let n: i64 = self
             .queue
             .rt()
@@ -179,9 +186,17 @@ impl<T: Codec> Delivery<T> {
                     .invoke(con)
             })
             .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?;
+        let metrics = &self.queue.state.metrics;
         match n {
-            1 => Ok(Nacked::Retried),
-            2 => Ok(Nacked::Dead),
+            1 => {
+                metrics.nacked.add(1);
+                Ok(Nacked::Retried)
+            }
+            2 => {
+                metrics.nacked.add(1);
+                metrics.dead_lettered.add(1);
+                Ok(Nacked::Dead)
+            }
             0 => Ok(Nacked::Gone),
             _ => Err(self.stale("nack")),
         }
@@ -193,6 +208,7 @@ impl<T: Codec> Delivery<T> {
     pub fn extend(&self, visibility: Duration) -> Result<(), Error> {
         let keys = &self.queue.state.keys;
         let ms = visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        let _span = telemetry::queue_op("extend", &self.queue.state.name, 1);
         let deadline: i64 = self
             .queue
             .rt()
@@ -399,6 +415,7 @@ impl<T: Codec> Queue<T> {
                 args.push(id.as_bytes());
                 args.push(token.as_bytes());
             }
+            let span = telemetry::queue_op("claim", &self.state.name, n + acks.len());
             let reply: redis::Value = self
                 .rt()
                 .run(&keys.ready, Access::Write, |con| {
@@ -412,14 +429,20 @@ impl<T: Codec> Queue<T> {
                     inv.invoke(con)
                 })
                 .map_err(|e| self.tag(e))?;
+            drop(span);
             let (claims, refused) = self.read_claims(reply)?;
             stale = refused;
+            self.state
+                .metrics
+                .acked
+                .add((acks.len() as u64).saturating_sub(refused));
             if !claims.is_empty() || wait.is_zero() {
                 return Ok((claims, stale));
             }
         }
         let popped = self.wait_pop(
             Instant::now().checked_add(wait),
+            ("claim", n),
             &scripts::CLAIM,
             &key_list,
             &[vis.as_bytes(), prefix.as_bytes(), count.as_bytes(), b"0"],
@@ -478,6 +501,13 @@ impl<T: Codec> Queue<T> {
                 Err(cause) => out.push(Err(self.dead_on_arrival(&id, &stored, cause))),
             }
         }
+        let rt = self.rt();
+        self.state.metrics.delivered(
+            out.iter()
+                .filter_map(|d| d.as_ref().ok())
+                .map(|d| (d.attempt, d.due_ms)),
+            || rt.server_now_ms(),
+        );
         if !out.is_empty() {
             // This process's transfer job looks at the in-flight set when
             // the visibility ends (other processes learn of it at their
@@ -502,6 +532,7 @@ impl<T: Codec> Queue<T> {
             return Ok(Vec::new());
         }
         let keys = &self.state.keys;
+        let _span = telemetry::queue_op("dead", &self.state.name, limit);
         let items: Vec<redis::Value> = self
             .rt()
             .run(&keys.dead, Access::Read, |con| {
@@ -556,6 +587,7 @@ impl<T: Codec> Queue<T> {
             return Ok(0);
         }
         let keys = &self.state.keys;
+        let _span = telemetry::queue_op("requeue_dead", &self.state.name, limit);
         let n: i64 = self
             .rt()
             .run(&keys.dead, Access::Write, |con| {
@@ -576,6 +608,7 @@ impl<T: Codec> Queue<T> {
     /// delivery is keeping up.
     pub fn stats(&self) -> Result<QueueStats, Error> {
         let keys = &self.state.keys;
+        let span = telemetry::queue_op("stats", &self.state.name, 0);
         let (delayed, ready, in_flight, dead, overdue, next_due, _now): (
             u64,
             u64,
@@ -596,12 +629,17 @@ impl<T: Codec> Queue<T> {
                     .invoke(con)
             })
             .map_err(|e| self.tag(e))?;
+        drop(span);
+        let oldest_overdue = (overdue >= 0).then(|| Duration::from_millis(overdue as u64));
+        self.state
+            .metrics
+            .backlog(delayed, ready, in_flight, dead, oldest_overdue);
         Ok(QueueStats {
             delayed,
             ready,
             in_flight,
             dead,
-            oldest_overdue: (overdue >= 0).then(|| Duration::from_millis(overdue as u64)),
+            oldest_overdue,
             next_due: (next_due >= 0).then(|| UNIX_EPOCH + Duration::from_millis(next_due as u64)),
         })
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind};
 use crate::runtime::{Commands, Job, Next, slot};
 use crate::scripts;
+use crate::telemetry::{Counter, QueueMetrics};
 
 /// Longest queue name, in bytes.
 pub const MAX_NAME_LEN: usize = 200;
@@ -78,6 +79,8 @@ pub(crate) struct QueueState {
     pub job_key: String,
     /// Its transfer job (registered with the driver by the first open).
     pub transfer: Arc<TransferJob>,
+    /// Its metric handles (no-ops without the `metrics` feature).
+    pub metrics: QueueMetrics,
 }
 
 impl QueueState {
@@ -90,6 +93,7 @@ impl QueueState {
             name: name.to_owned(),
             job_key: keys.delayed.clone(),
             transfer: Arc::new(TransferJob::new(name, &keys, batch, max_deliveries)),
+            metrics: QueueMetrics::new(name),
             keys,
         }
     }
@@ -108,6 +112,8 @@ pub(crate) struct TransferJob {
     /// Transfers run and messages moved (for `transfer_stats`).
     pub runs: AtomicU64,
     pub moved: AtomicU64,
+    /// `redwheel_messages_transferred_total` of this queue.
+    transferred: Counter,
     /// `EVALSHA <transfer> 8 <keys…> <batch> <max_deliveries>`, packed once.
     packed: Box<[u8]>,
     name: String,
@@ -135,6 +141,7 @@ impl TransferJob {
             slot: slot(keys.delayed.as_bytes()),
             runs: AtomicU64::new(0),
             moved: AtomicU64::new(0),
+            transferred: QueueMetrics::transferred(name),
             packed,
             name: name.to_owned(),
         }
@@ -167,6 +174,7 @@ impl Job for TransferJob {
         self.runs.fetch_add(1, Ordering::Relaxed);
         if moved > 0 {
             self.moved.fetch_add(moved, Ordering::Relaxed);
+            self.transferred.add(moved);
             tracing::trace!(
                 target: "redwheel::queue",
                 queue = %self.name,

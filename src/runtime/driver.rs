@@ -57,6 +57,7 @@ use slab::Slab;
 use super::backoff::Backoff;
 use super::server_clock::{ClockSample, MAX_AHEAD, ServerClock};
 use crate::error::{Access, Error, ErrorKind};
+use crate::telemetry::DriverMetrics;
 use crate::timer::{Clock, Executor, HashedWheelTimer, Job as WheelJob, Timeout};
 
 /// One unit of due work: a round of commands and what to make of their
@@ -199,6 +200,9 @@ impl Default for DriverConfig {
     }
 }
 
+/// Shortest time between two updates of the wheel gauges.
+const GAUGE_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Most jobs in one round.
 pub(crate) const MAX_ROUND: usize = 16_384;
 
@@ -246,6 +250,8 @@ struct DriverShared {
     stopping: AtomicBool,
     clock_due: AtomicBool,
     stats: Counters,
+    /// The same events for the `metrics` feature (no-ops without it).
+    metrics: DriverMetrics,
 }
 
 #[derive(Default)]
@@ -372,6 +378,7 @@ impl Driver {
             stopping: AtomicBool::new(false),
             clock_due: AtomicBool::new(false),
             stats: Counters::default(),
+            metrics: DriverMetrics::new(),
         });
         if let Some(every) = config.clock_refresh {
             arm_clock_refresh(&shared, every);
@@ -392,6 +399,7 @@ impl Driver {
                     round: Vec::new(),
                     outcomes: Vec::new(),
                     unavailable_since: None,
+                    gauges_at: None,
                 };
                 runner.run();
                 let _ = done_tx.send(());
@@ -815,6 +823,8 @@ struct Runner<T: Transport> {
     outcomes: Vec<Result<Next, Error>>,
     /// When the current outage began (for one log line per outage).
     unavailable_since: Option<Duration>,
+    /// When the wheel gauges were last set.
+    gauges_at: Option<Duration>,
 }
 
 /// One job of a round: its key and registration, and where its commands
@@ -954,7 +964,8 @@ impl<T: Transport> Runner<T> {
             target: "redwheel::runtime",
             "round",
             jobs = round.len(),
-            commands = self.commands.len()
+            commands = self.commands.len(),
+            elapsed_us = tracing::field::Empty
         );
         // A round whose jobs had nothing to send this time (a group job
         // with no member ready) is no round trip: the redis crate refuses
@@ -963,7 +974,18 @@ impl<T: Transport> Runner<T> {
         let result = if empty {
             Ok(Vec::new())
         } else {
-            span.in_scope(|| self.transport.round_trip(&self.commands))
+            // Timed only if someone looks (the feature, or the span).
+            let sent = (cfg!(feature = "metrics") || !span.is_disabled()).then(Instant::now);
+            let result = span.in_scope(|| self.transport.round_trip(&self.commands));
+            if let Some(sent) = sent {
+                let took = sent.elapsed();
+                self.shared
+                    .metrics
+                    .round_duration
+                    .record(took.as_secs_f64());
+                span.record("elapsed_us", took.as_micros() as u64);
+            }
+            result
         };
         let now = self.shared.timer.now();
         let shared = Arc::clone(&self.shared);
@@ -971,6 +993,7 @@ impl<T: Transport> Runner<T> {
         if !empty {
             stats.rounds.fetch_add(1, Ordering::Relaxed);
         }
+        self.set_wheel_gauges(now);
         stats
             .commands
             .fetch_add(self.commands.len() as u64, Ordering::Relaxed);
@@ -996,9 +1019,27 @@ impl<T: Transport> Runner<T> {
         }
         if reconnected {
             stats.reconnects.fetch_add(1, Ordering::Relaxed);
+            shared.metrics.reconnects.add(1);
             tracing::info!(target: "redwheel::runtime", "reconnected to redis; running every job");
             self.shared.mark_all_due();
         }
+    }
+
+    /// Sets the wheel's gauges (pending timeouts, tick lag), at most every
+    /// [`GAUGE_INTERVAL`]: counting the pending timeouts reads every
+    /// producer's counter.
+    fn set_wheel_gauges(&mut self, now: Duration) {
+        if !cfg!(feature = "metrics")
+            || self
+                .gauges_at
+                .is_some_and(|at| now.saturating_sub(at) < GAUGE_INTERVAL)
+        {
+            return;
+        }
+        self.gauges_at = Some(now);
+        let (timer, m) = (&self.shared.timer, &self.shared.metrics);
+        m.wheel_pending.set(timer.pending_timeouts() as f64);
+        m.tick_lag.set(timer.tick_lag().as_secs_f64());
     }
 
     fn round_failed(&mut self, round: &[Slot], e: &Error, now: Duration) {
@@ -1006,6 +1047,7 @@ impl<T: Transport> Runner<T> {
             .stats
             .failed_rounds
             .fetch_add(1, Ordering::Relaxed);
+        self.shared.metrics.rounds_failed.add(1);
         let wait = if e.is_transient() {
             self.reconnect.step()
         } else {
@@ -1071,7 +1113,7 @@ impl<T: Transport> Runner<T> {
                         }
                         loaded.push(ptr);
                         if let Err(e) = self.transport.load_script(script) {
-                            tracing::warn!(target: "redwheel::runtime", error = %e, "could not load a script");
+                            tracing::warn!(target: "redwheel::runtime", job = %slot.job.describe(), error = %e, "could not load a script");
                         }
                     }
                     Ok(Next::Again)
@@ -1130,6 +1172,7 @@ impl<T: Transport> Runner<T> {
                         .stats
                         .job_failures
                         .fetch_add(1, Ordering::Relaxed);
+                    self.shared.metrics.job_failures.add(1);
                     if e.is_transient() && failures > 1 {
                         tracing::debug!(
                             target: "redwheel::runtime",

@@ -31,6 +31,7 @@ use super::backoff::Backoff;
 use super::cluster::slot;
 use super::pool::Endpoint;
 use crate::error::{Access, Error, ErrorKind};
+use crate::telemetry;
 
 /// A callback given each message's payload.
 pub(crate) type OnMessage = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -89,6 +90,8 @@ pub(crate) struct Subscriber {
     locator: Arc<dyn Locator>,
     reconnect: (Duration, Duration),
     command_timeout: Duration,
+    /// `redwheel_reconnects_total{connection="subscriber"}`.
+    reconnects: telemetry::Counter,
 }
 
 impl Subscriber {
@@ -105,6 +108,7 @@ impl Subscriber {
             locator,
             reconnect,
             command_timeout,
+            reconnects: telemetry::reconnects("subscriber"),
         });
         let s = Arc::clone(&sub);
         let handle = thread::Builder::new()
@@ -185,6 +189,7 @@ fn listen_to(sub: &Subscriber, addr: &str, endpoint: &Endpoint) {
                     backoff.reset();
                     if failing {
                         failing = false;
+                        sub.reconnects.add(1);
                         tracing::info!(target: "redwheel::runtime", node = addr, "subscriber reconnected");
                     }
                 })

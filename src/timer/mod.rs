@@ -391,6 +391,7 @@ impl Builder {
             generation: AtomicU64::new(0),
             removed_by_worker: CachePadded::new(AtomicU64::new(0)),
             removed_elsewhere: AtomicU64::new(0),
+            tick_lag_ns: AtomicU64::new(0),
             reserved: AtomicUsize::new(0),
             max_pending: self.max_pending,
             tick_ns,
@@ -526,6 +527,16 @@ impl HashedWheelTimer {
         self.handle.shared.pending()
     }
 
+    /// How far behind its tick the worker runs: for the latest tick it
+    /// processed, the clock time when it began processing it minus the
+    /// tick's end (zero before the first tick). A worker that keeps up reads
+    /// well under one tick; one held up by slow tasks (on the worker
+    /// thread) or starved of CPU reads more. Updated once per processed
+    /// tick (idle ticks skipped during a doze are not processed).
+    pub fn tick_lag(&self) -> Duration {
+        Duration::from_nanos(self.handle.shared.tick_lag_ns.load(Ordering::Relaxed))
+    }
+
     /// The current time on the timer's clock, on the same scale as
     /// [`Timeout::deadline`].
     pub fn now(&self) -> Duration {
@@ -561,6 +572,10 @@ pub(crate) struct Shared {
     removed_by_worker: CachePadded<AtomicU64>,
     /// Timeouts counted out by other threads (after the worker exited).
     removed_elsewhere: AtomicU64,
+    /// How late (ns) the worker processed its latest tick: clock time when
+    /// it began minus the tick's end. Written by the worker once per
+    /// processed tick, read by [`HashedWheelTimer::tick_lag`].
+    tick_lag_ns: AtomicU64,
     /// With `max_pending > 0` only: the pending count, kept exactly for
     /// admission (a reservation is taken before the push).
     reserved: AtomicUsize,

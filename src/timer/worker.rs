@@ -156,7 +156,8 @@ impl Worker {
                 return;
             }
             let now = nanos(shared.clock.now());
-            if self.end_of(self.tick).is_some_and(|end| now >= end) {
+            if let Some(end) = self.end_of(self.tick).filter(|&end| now >= end) {
+                shared.tick_lag_ns.store(now - end, Ordering::Relaxed);
                 self.process_tick(now);
                 self.tick += 1;
                 // Catching up after a jump of the clock: ticks that ended
