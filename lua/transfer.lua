@@ -18,6 +18,8 @@
 --        when thousands of queues are swept in one round trip), packing two numbers:
 --          moved + 8192 * wait_us   when a due or a visibility deadline is still ahead
 --          -(moved + 1)             when nothing is ahead (both sets empty)
+--        or, only when this call sent expired claims to the dead letters (rare), the
+--        array [that integer, died] so the client can count them.
 --   moved     ids moved to `ready` plus claims expired, at most 2 * batch (< 8192); when it
 --             reaches the batch the client runs the script again at once
 --   wait_us   µs from the server's TIME read by this call (the instant "due <= now" was
@@ -43,6 +45,7 @@ if #ids > 0 then
 end
 local moved = #ids
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
+local died = 0
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
@@ -51,6 +54,7 @@ for _, id in ipairs(expired) do
     if n >= max then
       redis.call('ZADD', KEYS[7], now, id)
       redis.call('HSET', KEYS[8], id, 'delivered ' .. n .. ' times without an ack')
+      died = died + 1
     else
       redis.call('RPUSH', KEYS[2], id)
     end
@@ -59,9 +63,15 @@ for _, id in ipairs(expired) do
   end
 end
 moved = moved + #expired
+local function reply(packed)
+  if died > 0 then
+    return { packed, died }
+  end
+  return packed
+end
 if #ids >= batch or #expired >= batch then
   -- More may be due: the client runs again at once, whatever the wait says.
-  return moved + 8192
+  return reply(moved + 8192)
 end
 local next_at
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -73,8 +83,8 @@ if lhead[2] and (not next_at or tonumber(lhead[2]) < next_at) then
   next_at = tonumber(lhead[2])
 end
 if not next_at then
-  return -(moved + 1)
+  return reply(-(moved + 1))
 end
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local wait_us = math.min(3600000000, math.max(1, next_at * 1000 - now_us))
-return moved + 8192 * wait_us
+return reply(moved + 8192 * wait_us)

@@ -21,12 +21,12 @@
 //! | name | type | meaning |
 //! | --- | --- | --- |
 //! | `redwheel_messages_offered_total` | counter | messages added by `offer*` (an `offer_with_id` of a known id adds none) |
-//! | `redwheel_messages_transferred_total` | counter | what this process's transfer job handled, as `transfer.lua` reports it: ids moved from delayed to ready, plus claims whose visibility expired (put back on ready, or dead-lettered at `max_deliveries`) |
+//! | `redwheel_messages_transferred_total` | counter | ids this process's transfer job made ready: due ones moved from delayed, and claims whose visibility expired put back for redelivery |
 //! | `redwheel_messages_delivered_total` | counter | messages handed to a consumer by `take`/`poll` and `claim`/`claim_batch`/`consume` |
 //! | `redwheel_messages_acked_total` | counter | acks accepted (`Delivery::ack`, and the consumer pool's acks); refused (stale) ones are not counted |
 //! | `redwheel_messages_nacked_total` | counter | nacks accepted (`Delivery::nack`, a consumer handler's failure, a release at shutdown): the message was scheduled again or dead-lettered |
 //! | `redwheel_messages_redelivered_total` | counter | deliveries (claims) of a message that was delivered before: its visibility expired, or it was nacked (attempt > 1) |
-//! | `redwheel_messages_dead_lettered_total` | counter | messages this process sent to the dead letters: a nack at `max_deliveries`, or a payload that could not be decoded. Claims that expire at `max_deliveries` die inside `transfer.lua`, whose reply does not tell them apart: they count in `transferred`, and show in the `dead` gauge |
+//! | `redwheel_messages_dead_lettered_total` | counter | messages this process sent to the dead letters: a nack at `max_deliveries`, a claim that expired at `max_deliveries` (found by its transfer job), or a payload that could not be decoded |
 //! | `redwheel_queue_messages` | gauge, also label `state` = `delayed`, `ready`, `in_flight`, `dead` | messages in each state, set whenever [`Queue::stats`](crate::Queue::stats) runs |
 //! | `redwheel_queue_oldest_overdue_seconds` | gauge | how long the oldest due message not yet handed to a consumer has been due (0 when none), set whenever `Queue::stats` runs |
 //! | `redwheel_delivery_lateness_seconds` | histogram | per message delivered for the first time (by `take`, or a claim of attempt 1): delivery time (Redis server clock, by this process's estimate) − due time. Redeliveries are left out: they keep their first due time |
@@ -315,6 +315,11 @@ impl QueueMetrics {
     /// The transfer job's counter.
     pub(crate) fn transferred(queue: &str) -> Counter {
         Counter::new(TRANSFERRED, &[("queue", queue)])
+    }
+
+    /// The transfer job's count of expired claims sent to the dead letters.
+    pub(crate) fn dead_lettered(queue: &str) -> Counter {
+        Counter::new(DEAD_LETTERED, &[("queue", queue)])
     }
 
     /// Messages delivered, as (attempt, due time in epoch ms on the server

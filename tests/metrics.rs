@@ -252,6 +252,58 @@ fn queue_counters_move_by_exactly_what_the_traffic_did() {
 }
 
 #[test]
+fn a_claim_that_expires_at_the_delivery_limit_counts_as_dead_lettered_not_transferred() {
+    within(HANG, || {
+        let server = RedisServer::start();
+        let rw = connect(&server);
+        let http = endpoint();
+        let q = rw
+            .queue_with::<String>(
+                "m-expiry-dies",
+                QueueOptions::default()
+                    .visibility(Duration::from_millis(200))
+                    .max_deliveries(1),
+            )
+            .unwrap();
+        let label = [("queue", "m-expiry-dies")];
+        let start = Scrape::of(&http);
+        q.offer(&"abandoned".to_string(), Duration::ZERO).unwrap();
+        let d = q.claim(WAIT).unwrap().expect("the message");
+        assert_eq!(d.attempt(), 1);
+        // The claim may return before the driver has counted the transfer
+        // that made the message ready: wait for that count first.
+        let before = scrape_when(
+            &http,
+            &start,
+            "redwheel_messages_transferred_total",
+            &label,
+            1.0,
+        );
+        // Never acked: at the end of its visibility the driver's transfer
+        // finds it at the limit and sends it to the dead letters.
+        let after = scrape_when(
+            &http,
+            &before,
+            "redwheel_messages_dead_lettered_total",
+            &label,
+            1.0,
+        );
+        assert_eq!(
+            delta(
+                &before,
+                &after,
+                "redwheel_messages_transferred_total",
+                &label
+            ),
+            0.0
+        );
+        let dead = q.dead_letters(10).unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].id(), d.id());
+    });
+}
+
+#[test]
 fn take_counts_deliveries_and_records_their_lateness() {
     within(HANG, || {
         let server = RedisServer::start();

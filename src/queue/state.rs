@@ -114,6 +114,8 @@ pub(crate) struct TransferJob {
     pub moved: AtomicU64,
     /// `redwheel_messages_transferred_total` of this queue.
     transferred: Counter,
+    /// `redwheel_messages_dead_lettered_total`: expired claims at the limit.
+    died: Counter,
     /// `EVALSHA <transfer> 8 <keys…> <batch> <max_deliveries>`, packed once.
     packed: Box<[u8]>,
     name: String,
@@ -142,6 +144,7 @@ impl TransferJob {
             runs: AtomicU64::new(0),
             moved: AtomicU64::new(0),
             transferred: QueueMetrics::transferred(name),
+            died: QueueMetrics::dead_lettered(name),
             packed,
             name: name.to_owned(),
         }
@@ -164,7 +167,7 @@ impl Job for TransferJob {
     }
 
     fn on_reply(&self, replies: &[redis::Value]) -> Result<Next, Error> {
-        let (moved, wait_us) = parse_transfer_reply(replies).ok_or_else(|| {
+        let (moved, wait_us, died) = parse_transfer_reply(replies).ok_or_else(|| {
             Error::new(
                 ErrorKind::Protocol,
                 format!("unexpected reply to transfer.lua: {replies:?}"),
@@ -174,7 +177,8 @@ impl Job for TransferJob {
         self.runs.fetch_add(1, Ordering::Relaxed);
         if moved > 0 {
             self.moved.fetch_add(moved, Ordering::Relaxed);
-            self.transferred.add(moved);
+            self.transferred.add(moved - died.min(moved));
+            self.died.add(died);
             tracing::trace!(
                 target: "redwheel::queue",
                 queue = %self.name,
@@ -197,17 +201,25 @@ impl Job for TransferJob {
     }
 }
 
-/// transfer.lua's reply, `moved + 8192 * wait_us` or `-(moved + 1)`:
-/// (moved, wait in µs or -1 when nothing is left).
-fn parse_transfer_reply(replies: &[redis::Value]) -> Option<(u64, i64)> {
-    let redis::Value::Int(packed) = *replies.first()? else {
-        return None;
+/// transfer.lua's reply, `moved + 8192 * wait_us` or `-(moved + 1)`, or
+/// `[that, died]` when expired claims died: (moved, wait in µs or -1 when
+/// nothing is left, died).
+fn parse_transfer_reply(replies: &[redis::Value]) -> Option<(u64, i64, u64)> {
+    let (packed, died) = match replies.first()? {
+        redis::Value::Int(packed) => (*packed, 0),
+        redis::Value::Array(pair) => match pair.as_slice() {
+            [redis::Value::Int(packed), redis::Value::Int(died)] => {
+                (*packed, u64::try_from(*died).ok()?)
+            }
+            _ => return None,
+        },
+        _ => return None,
     };
     if packed < 0 {
         let moved = packed.checked_neg()? - 1;
-        return Some((u64::try_from(moved).ok()?, -1));
+        return Some((u64::try_from(moved).ok()?, -1, died));
     }
-    Some(((packed % 8192) as u64, packed / 8192))
+    Some(((packed % 8192) as u64, packed / 8192, died))
 }
 
 /// Message ids: a per-process random prefix of 11 base-62 characters (64
@@ -286,21 +298,38 @@ mod tests {
         let int = |i: i64| [redis::Value::Int(i)];
         assert_eq!(
             parse_transfer_reply(&int(3 + 8192 * 1_234_567)),
-            Some((3, 1_234_567))
+            Some((3, 1_234_567, 0))
         );
-        assert_eq!(parse_transfer_reply(&int(8192)), Some((0, 1)));
+        assert_eq!(parse_transfer_reply(&int(8192)), Some((0, 1, 0)));
         assert_eq!(
             parse_transfer_reply(&int(4_000 + 8192 * 3_600_000_000)),
-            Some((4_000, 3_600_000_000))
+            Some((4_000, 3_600_000_000, 0))
         );
-        assert_eq!(parse_transfer_reply(&int(-1)), Some((0, -1)));
-        assert_eq!(parse_transfer_reply(&int(-4_001)), Some((4_000, -1)));
+        assert_eq!(parse_transfer_reply(&int(-1)), Some((0, -1, 0)));
+        assert_eq!(parse_transfer_reply(&int(-4_001)), Some((4_000, -1, 0)));
         assert_eq!(parse_transfer_reply(&int(i64::MIN)), None);
         assert_eq!(
             parse_transfer_reply(&[redis::Value::BulkString(b"1 2".to_vec())]),
             None
         );
         assert_eq!(parse_transfer_reply(&[]), None);
+        // Expired claims that died come as [packed, died].
+        let pair = |packed: i64, died: i64| {
+            [redis::Value::Array(vec![
+                redis::Value::Int(packed),
+                redis::Value::Int(died),
+            ])]
+        };
+        assert_eq!(
+            parse_transfer_reply(&pair(5 + 8192 * 7, 2)),
+            Some((5, 7, 2))
+        );
+        assert_eq!(parse_transfer_reply(&pair(-4, 3)), Some((3, -1, 3)));
+        assert_eq!(parse_transfer_reply(&pair(5, -1)), None);
+        assert_eq!(
+            parse_transfer_reply(&[redis::Value::Array(vec![redis::Value::Int(5)])]),
+            None
+        );
     }
 
     #[test]
