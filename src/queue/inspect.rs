@@ -9,13 +9,12 @@
 //! `state.rs`), the one home of the layout.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, UNIX_EPOCH};
 
 use super::QueueStats;
+use super::reliable::read_stats;
 use super::state::{Keys, validate_name};
 use crate::error::{Access, Error};
 use crate::runtime::Redwheel;
-use crate::scripts;
 
 /// Per id: the stored value, the attempt count and the death reason.
 type Details = (Vec<Option<Vec<u8>>>, Vec<Option<u32>>, Vec<Option<String>>);
@@ -149,37 +148,7 @@ impl QueueInspector {
     /// As [`stats`](QueueInspector::stats), with the Redis server's clock
     /// (epoch ms) at the instant they were read.
     pub fn stats_at(&self) -> Result<(QueueStats, u64), Error> {
-        let k = &self.keys;
-        let (delayed, ready, in_flight, dead, overdue, next_due, now): (
-            u64,
-            u64,
-            u64,
-            u64,
-            i64,
-            i64,
-            u64,
-        ) = self
-            .rw
-            .runtime()
-            .run(&k.delayed, Access::Read, |con| {
-                scripts::STATS
-                    .key(&k.delayed)
-                    .key(&k.ready)
-                    .key(&k.inflight)
-                    .key(&k.dead)
-                    .key(&k.msg)
-                    .invoke(con)
-            })
-            .map_err(|e| self.tag(e))?;
-        let stats = QueueStats {
-            delayed,
-            ready,
-            in_flight,
-            dead,
-            oldest_overdue: (overdue >= 0).then(|| Duration::from_millis(overdue as u64)),
-            next_due: (next_due >= 0).then(|| UNIX_EPOCH + Duration::from_millis(next_due as u64)),
-        };
-        Ok((stats, now))
+        read_stats(self.rw.runtime(), &self.keys).map_err(|e| self.tag(e))
     }
 
     /// The delivery counter kept by the take and claim scripts.

@@ -14,9 +14,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::state::Keys;
 use super::{Codec, MessageId, Queue, parse_stored};
 use crate::error::{Access, Error, ErrorKind};
-use crate::runtime::Deadline;
+use crate::runtime::{Deadline, Runtime};
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 use crate::telemetry;
 
@@ -607,40 +608,48 @@ impl<T: Codec> Queue<T> {
     /// How many messages are in each state, in one atomic read, and how
     /// delivery is keeping up.
     pub fn stats(&self) -> Result<QueueStats, Error> {
-        let keys = &self.state.keys;
         let span = telemetry::queue_op("stats", &self.state.name, 0);
-        let (delayed, ready, in_flight, dead, overdue, next_due, _now): (
-            u64,
-            u64,
-            u64,
-            u64,
-            i64,
-            i64,
-            i64,
-        ) = self
-            .rt()
-            .run(&keys.delayed, Access::Read, |con| {
-                scripts::STATS
-                    .key(&keys.delayed)
-                    .key(&keys.ready)
-                    .key(&keys.inflight)
-                    .key(&keys.dead)
-                    .key(&keys.msg)
-                    .invoke(con)
-            })
-            .map_err(|e| self.tag(e))?;
+        let (stats, _now) = read_stats(self.rt(), &self.state.keys).map_err(|e| self.tag(e))?;
         drop(span);
-        let oldest_overdue = (overdue >= 0).then(|| Duration::from_millis(overdue as u64));
-        self.state
-            .metrics
-            .backlog(delayed, ready, in_flight, dead, oldest_overdue);
-        Ok(QueueStats {
-            delayed,
-            ready,
-            in_flight,
-            dead,
-            oldest_overdue,
-            next_due: (next_due >= 0).then(|| UNIX_EPOCH + Duration::from_millis(next_due as u64)),
-        })
+        self.state.metrics.backlog(
+            stats.delayed,
+            stats.ready,
+            stats.in_flight,
+            stats.dead,
+            stats.oldest_overdue,
+        );
+        Ok(stats)
     }
+}
+
+/// Runs `stats.lua` on a queue's keys: its counts, and the server's time
+/// (epoch ms) at the instant they were read. Shared by [`Queue::stats`]
+/// and the operators' inspector, which reads without opening the queue.
+pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64), Error> {
+    let (delayed, ready, in_flight, dead, overdue, next_due, now): (
+        u64,
+        u64,
+        u64,
+        u64,
+        i64,
+        i64,
+        u64,
+    ) = rt.run(&keys.delayed, Access::Read, |con| {
+        scripts::STATS
+            .key(&keys.delayed)
+            .key(&keys.ready)
+            .key(&keys.inflight)
+            .key(&keys.dead)
+            .key(&keys.msg)
+            .invoke(con)
+    })?;
+    let stats = QueueStats {
+        delayed,
+        ready,
+        in_flight,
+        dead,
+        oldest_overdue: (overdue >= 0).then(|| Duration::from_millis(overdue as u64)),
+        next_due: (next_due >= 0).then(|| UNIX_EPOCH + Duration::from_millis(next_due as u64)),
+    };
+    Ok((stats, now))
 }
