@@ -127,6 +127,11 @@
 //!   are in the README's "Operating it".
 //! * `tls`: `rediss://` URLs, through the `redis` crate's rustls support;
 //!   `RedwheelOptions::tls_root_certificate` trusts a private CA.
+//! * `cli`: the `redwheel` operator tool (`cargo install --path .
+//!   --features cli`): stats, peek, dead letters, requeue, remove, offer,
+//!   a live `watch` and locks, as tables or JSON. What it reads is library
+//!   API too (`queue::inspect`, `lock::inspect`), with or without the
+//!   feature.
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
