@@ -26,30 +26,17 @@ use parking_lot::{Condvar, Mutex};
 
 use super::renewal::RenewalGroup;
 use super::{LeaseLost, LostCause};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
+use crate::runtime::{MAX_TAG_NAME_LEN, validate_tag_name};
 use crate::telemetry::LockMetrics;
 
 /// Longest lock name, in bytes.
-pub const MAX_NAME_LEN: usize = 200;
+pub const MAX_NAME_LEN: usize = MAX_TAG_NAME_LEN;
 
-/// Checks a lock name: non-empty, at most [`MAX_NAME_LEN`] bytes, no `{` or
-/// `}` (they would break the `{hash tag}`), no control characters.
+/// Checks a lock name: non-empty, at most [`MAX_NAME_LEN`] bytes, no `{`
+/// or `}` (they would break the `{hash tag}`), no control characters.
 pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
-    let reason = if name.is_empty() {
-        "must not be empty"
-    } else if name.len() > MAX_NAME_LEN {
-        "longer than 200 bytes"
-    } else if name.contains(['{', '}']) {
-        "must not contain `{` or `}` (they delimit the Redis hash tag)"
-    } else if name.chars().any(char::is_control) {
-        "must not contain control characters"
-    } else {
-        return Ok(());
-    };
-    Err(Error::new(
-        ErrorKind::InvalidName,
-        format!("invalid lock name {name:?}: {reason}"),
-    ))
+    validate_tag_name("lock", name)
 }
 
 /// The Redis keys of lock `L`; all share the hash tag `{L}`.
@@ -545,6 +532,7 @@ impl LockState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn names_that_would_break_the_hash_tag_are_rejected() {

@@ -6,12 +6,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind};
-use crate::runtime::{Commands, Job, Next, slot};
+use crate::runtime::{Commands, Job, MAX_TAG_NAME_LEN, Next, slot, validate_tag_name};
 use crate::scripts;
 use crate::telemetry::{Counter, QueueMetrics};
 
 /// Longest queue name, in bytes.
-pub const MAX_NAME_LEN: usize = 200;
+pub const MAX_NAME_LEN: usize = MAX_TAG_NAME_LEN;
 
 /// Longest message id `remove` accepts, in bytes (redwheel's own are
 /// about 14).
@@ -20,21 +20,7 @@ pub const MAX_ID_LEN: usize = 128;
 /// Checks a queue name: non-empty, at most [`MAX_NAME_LEN`] bytes, no `{`
 /// or `}` (they would break the `{hash tag}`), no control characters.
 pub(crate) fn validate_name(name: &str) -> Result<(), Error> {
-    let reason = if name.is_empty() {
-        "must not be empty"
-    } else if name.len() > MAX_NAME_LEN {
-        "longer than 200 bytes"
-    } else if name.contains(['{', '}']) {
-        "must not contain `{` or `}` (they delimit the Redis hash tag)"
-    } else if name.chars().any(char::is_control) {
-        "must not contain control characters"
-    } else {
-        return Ok(());
-    };
-    Err(Error::new(
-        ErrorKind::InvalidName,
-        format!("invalid queue name {name:?}: {reason}"),
-    ))
+    validate_tag_name("queue", name)
 }
 
 /// The Redis keys of one queue; all share the hash tag `{N}`.
