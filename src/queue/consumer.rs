@@ -464,35 +464,7 @@ impl<T: Codec> Queue<T> {
 
     /// Gives a running message back with no delay (shutdown).
     fn release(&self, r: &Running, why: &str) -> Result<(), Error> {
-        let keys = &self.state.keys;
-        let _span = crate::telemetry::queue_op("nack", &self.state.name, 1);
-        let n = self
-            .rt()
-            .run(&keys.inflight, crate::error::Access::Write, |con| {
-                scripts::NACK
-                    .key(&keys.inflight)
-                    .key(&keys.lease)
-                    .key(&keys.msg)
-                    .key(&keys.attempts)
-                    .key(&keys.delayed)
-                    .key(&keys.dead)
-                    .key(&keys.reason)
-                    .key(&keys.wake)
-                    .arg(&r.id)
-                    .arg(&r.token)
-                    .arg(0)
-                    .arg(self.max_deliveries)
-                    .arg(why)
-                    .invoke::<i64>(con)
-            })?;
-        let metrics = &self.state.metrics;
-        if n == 1 || n == 2 {
-            metrics.nacked.add(1);
-        }
-        if n == 2 {
-            metrics.dead_lettered.add(1);
-        }
-        Ok(())
+        self.nack_claim(&r.id, &r.token, 0, why).map(drop)
     }
 }
 

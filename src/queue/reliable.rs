@@ -162,45 +162,12 @@ impl<T: Codec> Delivery<T> {
     }
 
     pub(crate) fn nack_because(&self, retry_delay: Duration, why: &str) -> Result<Nacked, Error> {
-        let keys = &self.queue.state.keys;
         let delay_ms = u64::try_from(retry_delay.as_millis()).unwrap_or(u64::MAX);
         let delay_ms = delay_ms.min(self.queue.delay_limit());
-        let _span = telemetry::queue_op("nack", &self.queue.state.name, 1);
-        let n: i64 = self
-            .queue
-            .rt()
-            .run(&keys.inflight, Access::Write, |con| {
-                scripts::NACK
-                    .key(&keys.inflight)
-                    .key(&keys.lease)
-                    .key(&keys.msg)
-                    .key(&keys.attempts)
-                    .key(&keys.delayed)
-                    .key(&keys.dead)
-                    .key(&keys.reason)
-                    .key(&keys.wake)
-                    .arg(self.id.as_str())
-                    .arg(&self.token)
-                    .arg(delay_ms)
-                    .arg(self.queue.max_deliveries)
-                    .arg(why)
-                    .invoke(con)
-            })
-            .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?;
-        let metrics = &self.queue.state.metrics;
-        match n {
-            1 => {
-                metrics.nacked.add(1);
-                Ok(Nacked::Retried)
-            }
-            2 => {
-                metrics.nacked.add(1);
-                metrics.dead_lettered.add(1);
-                Ok(Nacked::Dead)
-            }
-            0 => Ok(Nacked::Gone),
-            _ => Err(self.stale("nack")),
-        }
+        self.queue
+            .nack_claim(self.id.as_str(), &self.token, delay_ms, why)
+            .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?
+            .ok_or_else(|| self.stale("nack"))
     }
 
     /// Still working on it: no other consumer gets it for `visibility` from
@@ -328,6 +295,52 @@ fn token_prefix() -> String {
 }
 
 impl<T: Codec> Queue<T> {
+    /// Runs `nack.lua` for the claim `token` of message `id`: back in
+    /// `delay_ms` (server clock), or dead at `max_deliveries`, with the
+    /// counters to match. `None`: the claim is no longer current (stale).
+    /// Shared by [`Delivery::nack`] and a consumer's release at shutdown.
+    pub(crate) fn nack_claim(
+        &self,
+        id: &str,
+        token: &str,
+        delay_ms: u64,
+        why: &str,
+    ) -> Result<Option<Nacked>, Error> {
+        let keys = &self.state.keys;
+        let _span = telemetry::queue_op("nack", &self.state.name, 1);
+        let n: i64 = self.rt().run(&keys.inflight, Access::Write, |con| {
+            scripts::NACK
+                .key(&keys.inflight)
+                .key(&keys.lease)
+                .key(&keys.msg)
+                .key(&keys.attempts)
+                .key(&keys.delayed)
+                .key(&keys.dead)
+                .key(&keys.reason)
+                .key(&keys.wake)
+                .arg(id)
+                .arg(token)
+                .arg(delay_ms)
+                .arg(self.max_deliveries)
+                .arg(why)
+                .invoke(con)
+        })?;
+        let metrics = &self.state.metrics;
+        Ok(match n {
+            1 => {
+                metrics.nacked.add(1);
+                Some(Nacked::Retried)
+            }
+            2 => {
+                metrics.nacked.add(1);
+                metrics.dead_lettered.add(1);
+                Some(Nacked::Dead)
+            }
+            0 => Some(Nacked::Gone),
+            _ => None,
+        })
+    }
+
     /// Waits up to `wait` for a due message and claims it: at-least-once
     /// delivery. `Ok(None)` if none came.
     ///
