@@ -8,6 +8,7 @@
 -- KEYS[4]  redwheel:{N}:lease     HASH  id -> token of its current claim
 -- KEYS[5]  redwheel:{N}:attempts  HASH  id -> deliveries so far
 -- KEYS[6]  redwheel:{N}:counts    HASH  'delivered' -> messages handed out so far (take and claim)
+-- KEYS[7]  redwheel:{N}:stale     HASH  id -> entries of `ready` left by removed messages
 -- ARGV[1]  visibility in ms (>= 1), counted from the server's TIME
 -- ARGV[2]  a token prefix, unique to this call (the client's random bytes)
 -- ARGV[3]  count: the most messages to claim (0..1000; 0 only acks)
@@ -24,8 +25,9 @@
 -- Invariant: an id leaves `ready` and enters `inflight` (with its lease and raised attempt
 -- count) in one atomic step, so a consumer that dies at any instant cannot lose it: the
 -- transfer script redelivers it when the deadline passes. The message stays in `msg` until
--- it is acked. Ids whose message is gone (removed after transfer) are dropped here, at most
--- 100 per call beyond `count`, so the call stays O(count). A call that claims k > 0 messages
+-- it is acked. Entries left by messages removed after their transfer (counted in `stale` by
+-- remove.lua; looked up only while `stale` is not empty) and ids whose message is gone are
+-- dropped here, at most 100 per call beyond `count`, so the call stays O(count). A call that claims k > 0 messages
 -- raises `delivered` in `counts` by k, with one HINCRBY (what `redwheel watch` reads).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -44,15 +46,32 @@ for i = 0, tonumber(ARGV[4]) - 1 do
     stale = stale + 1
   end
 end
+-- Whether this entry of `ready` was left by a removed message (then it is consumed here).
+local function stale_entry(key, id)
+  local n = redis.call('HGET', key, id)
+  if not n then
+    return false
+  end
+  if n == '1' then
+    redis.call('HDEL', key, id)
+  else
+    redis.call('HINCRBY', key, id, -1)
+  end
+  return true
+end
 local out = { deadline, stale }
 local claimed = 0
 local skipped = 0
-while claimed < count and skipped <= 100 do
+local any_stale = count > 0 and redis.call('EXISTS', KEYS[7]) == 1
+while claimed < count and skipped < 100 do
   local id = redis.call('LPOP', KEYS[1])
   if not id then
     break
   end
-  local v = redis.call('HGET', KEYS[2], id)
+  local v = nil
+  if not (any_stale and stale_entry(KEYS[7], id)) then
+    v = redis.call('HGET', KEYS[2], id)
+  end
   if v then
     claimed = claimed + 1
     local token = ARGV[2] .. ':' .. claimed

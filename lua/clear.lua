@@ -1,6 +1,6 @@
 -- clear.lua: delete every message of queue N, in every state.
 --
--- KEYS[1..8] redwheel:{N}:delayed, msg, ready, dead, inflight, lease, attempts, reason
+-- KEYS[1..9] redwheel:{N}:delayed, msg, ready, dead, inflight, lease, attempts, reason, stale
 -- ARGV     none
 --
 -- Reply: the number of messages deleted (entries of `msg`).
@@ -10,5 +10,5 @@
 -- the message gone. (DEL of large keys is O(n); use lazy freeing on the server,
 -- `lazyfree-lazy-user-del yes`, for huge queues.)
 local n = redis.call('HLEN', KEYS[2])
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
 return n

@@ -1,4 +1,5 @@
--- len.lua: count the messages waiting in queue N (delayed or ready, not yet taken).
+-- len.lua: count the messages queue N still owes: delayed, ready, or claimed and not yet
+-- acked (a claim may come back).
 --
 -- KEYS[1]  redwheel:{N}:msg       HASH
 -- KEYS[2]  redwheel:{N}:dead      ZSET
@@ -6,7 +7,7 @@
 --
 -- Reply: HLEN(msg) - ZCARD(dead), an integer.
 --
--- Invariant: read-only. `msg` holds exactly the waiting messages plus the dead letters, and
+-- Invariant: read-only. `msg` holds exactly those messages plus the dead letters, and
 -- `dead` only ids that have a `msg` entry (remove.lua and clear.lua keep both together), so
 -- the difference counts the waiting ones, in O(1).
 return redis.call('HLEN', KEYS[1]) - redis.call('ZCARD', KEYS[2])

@@ -4,22 +4,41 @@
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:attempts  HASH  id -> deliveries so far (dropped with the message)
 -- KEYS[4]  redwheel:{N}:counts    HASH  'delivered' -> messages handed out so far (take and claim)
+-- KEYS[5]  redwheel:{N}:stale     HASH  id -> entries of `ready` left by removed messages
 -- ARGV     none
 --
 -- Reply: { id, "<due ms>:<payload>" } for the message taken, or nil when `ready` is
 --        empty (another consumer won the race) or held only removed ids.
 --
 -- Invariant: the id leaves `ready` and its `msg` entry is deleted in one atomic step,
--- so each message goes to exactly one consumer and nothing is orphaned. Ids whose
--- `msg` entry is gone (removed by remove.lua after transfer) are dropped here, at most
+-- so each message goes to exactly one consumer and nothing is orphaned. Entries left by
+-- messages removed after their transfer (counted in `stale` by remove.lua; looked up only
+-- while `stale` is not empty) and ids whose `msg` entry is gone are dropped here, at most
 -- 100 per call, so the call stays O(1) however many there are. A message taken raises
 -- `delivered` in `counts` by one (what `redwheel watch` reads its delivery rate from).
+-- Whether this entry of `ready` was left by a removed message (then it is consumed here).
+local function stale_entry(key, id)
+  local n = redis.call('HGET', key, id)
+  if not n then
+    return false
+  end
+  if n == '1' then
+    redis.call('HDEL', key, id)
+  else
+    redis.call('HINCRBY', key, id, -1)
+  end
+  return true
+end
+local any_stale = redis.call('EXISTS', KEYS[5]) == 1
 for _ = 1, 100 do
   local id = redis.call('LPOP', KEYS[1])
   if not id then
     return nil
   end
-  local v = redis.call('HGET', KEYS[2], id)
+  local v = nil
+  if not (any_stale and stale_entry(KEYS[5], id)) then
+    v = redis.call('HGET', KEYS[2], id)
+  end
   if v then
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)

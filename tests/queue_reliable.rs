@@ -504,3 +504,79 @@ fn invalid_consumer_and_queue_options_are_rejected() {
         assert_eq!(err.kind(), ErrorKind::InvalidOption);
     }
 }
+
+/// Waits (bounded by `within`) until `q` holds `n` entries in `ready`.
+fn until_ready<T: redwheel::queue::Codec>(q: &redwheel::Queue<T>, n: u64) {
+    while q.stats().unwrap().ready < n {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_id_offered_again_after_its_removal_from_ready_is_not_delivered_early() {
+    let (_server, rw) = setup();
+    let id = MessageId::from("re-offered");
+    for (queue, by_claim) in [("again-claim", true), ("again-take", false)] {
+        let q = rw.queue::<String>(queue).unwrap();
+        assert!(
+            q.offer_with_id(&id, &"first".into(), Duration::ZERO)
+                .unwrap()
+        );
+        within(HANG, {
+            let q = q.clone();
+            move || until_ready(&q, 1)
+        });
+        // Removed while its id waits in `ready`, then offered again for
+        // an hour from now: the old entry must not deliver the new one.
+        assert!(q.remove(&id).unwrap());
+        assert!(
+            q.offer_with_id(&id, &"later".into(), Duration::from_secs(3600))
+                .unwrap()
+        );
+        if by_claim {
+            assert!(q.claim(Duration::from_millis(300)).unwrap().is_none());
+        } else {
+            assert!(q.poll(Duration::from_millis(300)).unwrap().is_none());
+        }
+        let s = q.stats().unwrap();
+        assert_eq!((s.delayed, s.ready, s.in_flight), (1, 0, 0), "{queue}");
+        assert_eq!(q.len().unwrap(), 1);
+    }
+}
+
+#[test]
+fn an_id_offered_again_after_its_removal_from_ready_is_claimed_once() {
+    let (_server, rw) = setup();
+    let q = rw
+        .queue_with::<String>("again-once", short(60_000))
+        .unwrap();
+    let id = MessageId::from("twice-queued");
+    assert!(
+        q.offer_with_id(&id, &"first".into(), Duration::ZERO)
+            .unwrap()
+    );
+    within(HANG, {
+        let q = q.clone();
+        move || until_ready(&q, 1)
+    });
+    assert!(q.remove(&id).unwrap());
+    assert!(
+        q.offer_with_id(&id, &"second".into(), Duration::ZERO)
+            .unwrap()
+    );
+    // The stale entry and the new one both sit in `ready` now.
+    within(HANG, {
+        let q = q.clone();
+        move || until_ready(&q, 2)
+    });
+    let d = q.claim(WAIT).unwrap().expect("the message offered again");
+    assert_eq!(
+        (d.id(), d.payload().as_str(), d.attempt()),
+        (&id, "second", 1)
+    );
+    // No second delivery of it while the first claim is in flight.
+    assert!(q.claim(Duration::from_millis(300)).unwrap().is_none());
+    d.ack().unwrap();
+    assert!(q.is_empty().unwrap());
+    assert_eq!(q.stats().unwrap().ready, 0);
+}

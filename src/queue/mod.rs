@@ -19,11 +19,12 @@
 //! | `redwheel:{N}:dead` | ZSET | dead ids (delivery limit reached, or undecodable) → when they died (ms) |
 //! | `redwheel:{N}:reason` | HASH | dead id → why it died |
 //! | `redwheel:{N}:counts` | HASH | `delivered` → messages handed out by take and claim so far |
+//! | `redwheel:{N}:stale` | HASH | id → entries of `ready` left by a message removed after its transfer (skipped) |
 //! | `redwheel:{N}:wake` | channel | a new earliest due time (ms) |
 //!
 //! Every state change is one Lua script (`lua/*.lua` in the repository):
 //! offer, batch offer, transfer, remove, clear, take, park, claim, ack,
-//! nack, extend, dead, requeue, stats. Due times and
+//! nack, extend, dead, requeue, stats, len. Due times and
 //! "now" come from the server's `TIME`, so machines with skewed clocks
 //! agree; relative delays are sent, never client timestamps. No script
 //! scans a list.
@@ -739,11 +740,13 @@ impl<T: Codec> Queue<T> {
     }
 
     /// Cancels a message by id. True if it was known to the queue
-    /// (delayed, due but not yet taken, or a dead letter) and is now gone
-    /// for good; false if it is unknown, was already taken by a consumer,
-    /// or already removed. O(log n): a due id already on the ready list is
-    /// not searched for; its stored payload is deleted and `take` skips the
-    /// id.
+    /// (delayed, due but not yet taken, claimed and not yet acked, or a
+    /// dead letter) and is now gone for good; false if it is unknown, was
+    /// already taken or acked, or already removed. O(log n): a due id
+    /// already on the ready list is not searched for; its entry there is
+    /// marked stale, and `take` and `claim` skip it (so the id may be
+    /// offered again at once without an early or second delivery). A claim
+    /// in flight loses its lease: its ack finds the message gone.
     pub fn remove(&self, id: &MessageId) -> Result<bool, Error> {
         check_id(id).map_err(|e| self.tag(e))?;
         let keys = &self.state.keys;
@@ -759,6 +762,7 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.lease)
                     .key(&keys.attempts)
                     .key(&keys.reason)
+                    .key(&keys.stale)
                     .arg(id.as_str())
                     .invoke(con)
             })
@@ -766,8 +770,9 @@ impl<T: Codec> Queue<T> {
         Ok(n == 1)
     }
 
-    /// Messages waiting in the queue: delayed, or due and not yet taken
-    /// (dead letters are not counted).
+    /// Messages the queue still owes: delayed, due and not yet taken, or
+    /// claimed and not yet acked (a claim may still come back). Dead
+    /// letters are not counted; [`stats`](Queue::stats) gives each state.
     pub fn len(&self) -> Result<u64, Error> {
         let keys = &self.state.keys;
         let _span = telemetry::queue_op("len", &self.state.name, 0);
@@ -780,7 +785,8 @@ impl<T: Codec> Queue<T> {
         Ok(n.max(0) as u64)
     }
 
-    /// True when no message is waiting.
+    /// True when [`len`](Queue::len) is 0: nothing delayed, ready or in
+    /// flight.
     pub fn is_empty(&self) -> Result<bool, Error> {
         Ok(self.len()? == 0)
     }
@@ -796,8 +802,9 @@ impl<T: Codec> Queue<T> {
             .map_err(|e| self.tag(e))
     }
 
-    /// Ids parked as dead letters because they could not be decoded,
-    /// oldest first, at most `max`.
+    /// Ids of the dead letters (undecodable, or past `max_deliveries`),
+    /// oldest first, at most `max`; [`dead_letters`](Queue::dead_letters)
+    /// gives their payloads and reasons too.
     pub fn dead_letter_ids(&self, max: usize) -> Result<Vec<MessageId>, Error> {
         if max == 0 {
             return Ok(Vec::new());
@@ -814,8 +821,9 @@ impl<T: Codec> Queue<T> {
         Ok(ids.into_iter().map(MessageId).collect())
     }
 
-    /// Deletes every message of the queue (delayed, ready and dead
-    /// letters); returns how many there were.
+    /// Deletes every message of the queue (delayed, ready, in flight and
+    /// dead letters, with their leases, attempt counts and reasons);
+    /// returns how many there were.
     pub fn clear(&self) -> Result<u64, Error> {
         let keys = &self.state.keys;
         let _span = telemetry::queue_op("clear", &self.state.name, 0);
@@ -831,6 +839,7 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.lease)
                     .key(&keys.attempts)
                     .key(&keys.reason)
+                    .key(&keys.stale)
                     .invoke(con)
             })
             .map_err(|e| self.tag(e))?;
@@ -869,7 +878,13 @@ impl<T: Codec> Queue<T> {
             deadline,
             ("take", 1),
             &scripts::TAKE,
-            &[&keys.ready, &keys.msg, &keys.attempts, &keys.counts],
+            &[
+                &keys.ready,
+                &keys.msg,
+                &keys.attempts,
+                &keys.counts,
+                &keys.stale,
+            ],
             &[],
             0,
         )?;

@@ -37,6 +37,9 @@ pub(crate) struct Keys {
     pub reason: String,
     /// HASH: `delivered` → messages handed out by take and claim so far.
     pub counts: String,
+    /// HASH: id → entries of `ready` left by a removed message (skipped,
+    /// not delivered, by take and claim).
+    pub stale: String,
 }
 
 impl Keys {
@@ -53,6 +56,7 @@ impl Keys {
             attempts: k("attempts"),
             reason: k("reason"),
             counts: k("counts"),
+            stale: k("stale"),
         }
     }
 }
