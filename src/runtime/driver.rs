@@ -393,6 +393,7 @@ impl Driver {
                     transport,
                     rx,
                     reconnect: Backoff::new(config.reconnect_min, config.reconnect_max),
+                    refused: Backoff::new(config.job_backoff_min, config.job_backoff_max),
                     config,
                     seen_connects: 0,
                     commands: Commands::default(),
@@ -815,6 +816,9 @@ struct Runner<T: Transport> {
     rx: Receiver<Msg>,
     config: DriverConfig,
     reconnect: Backoff,
+    /// Rounds refused for a reason retrying fast will not mend
+    /// (credentials, TLS, ACL): a slower schedule, reset by a success.
+    refused: Backoff,
     seen_connects: u64,
     commands: Commands,
     /// The round being run (kept to reuse its allocation).
@@ -1014,6 +1018,7 @@ impl<T: Transport> Runner<T> {
                     );
                 }
                 self.reconnect.reset();
+                self.refused.reset();
                 self.apply_replies(round, &replies, now);
             }
         }
@@ -1052,15 +1057,7 @@ impl<T: Transport> Runner<T> {
             self.reconnect.step()
         } else {
             // Credentials, TLS, ACL: retrying fast will not help.
-            Backoff::nth(
-                self.config.job_backoff_min,
-                self.config.job_backoff_max,
-                self.shared
-                    .stats
-                    .failed_rounds
-                    .load(Ordering::Relaxed)
-                    .min(64) as u32,
-            )
+            self.refused.step()
         };
         if self.unavailable_since.is_none() {
             self.unavailable_since = Some(now);
