@@ -290,17 +290,25 @@ fn listen(
                 con.send_packed_command(&packed)?;
             }
         }
-        if !announced {
+        // Connected once every subscription asked for is confirmed (a
+        // refused one never is, so the caller's backoff keeps growing).
+        if !announced && pending.is_empty() {
             announced = true;
             connected();
         }
         match con.recv_response() {
-            Ok(Value::ServerError(e)) => {
-                // A subscription refused (`MOVED`: the slot map is stale).
-                tracing::debug!(target: "redwheel::runtime", node = addr, error = ?e, "subscriber: a subscription was refused");
+            Ok(Value::ServerError(e)) if e.code() == "MOVED" => {
+                // The slot map is stale: refresh it and subscribe again.
+                tracing::debug!(target: "redwheel::runtime", node = addr, error = ?e, "subscriber: a subscription moved");
                 sub.locator.refresh();
                 pending.clear();
                 seen = (u64::MAX, u64::MAX);
+            }
+            Ok(Value::ServerError(e)) => {
+                // Refused for good (an ACL without the channels, say):
+                // fail the connection, so it is retried on the backoff
+                // rather than in a tight loop.
+                return Err(e.into());
             }
             Ok(_) => {}
             Err(e) if e.is_timeout() => {}
