@@ -241,10 +241,15 @@ impl Conn {
 /// pipeline's replies we sleep for most of the time the previous one took
 /// Redis to answer; the last reply comes no later for it (every reply of
 /// a round is handled once the last is in), but it comes with the others.
+/// When the replies were all in by the time the sleep ended (we slept too
+/// long: Redis got faster), the estimate is halved, so one slow round
+/// does not keep later rounds waiting.
 #[derive(Debug, Default)]
 pub(crate) struct Linger {
-    /// How long the last big pipeline took from sent to answered.
+    /// How long the last big pipeline took Redis to answer (an estimate).
     last: Duration,
+    /// The sleep before reading the current pipeline, and when it ended.
+    woke: Option<(Duration, Instant)>,
 }
 
 impl Linger {
@@ -255,18 +260,30 @@ impl Linger {
 
     /// Call after sending pipelines of at most `count` commands, before
     /// reading their replies: sleeps if they are big.
-    pub(crate) fn before_reading(&self, count: usize) {
+    pub(crate) fn before_reading(&mut self, count: usize) {
+        self.woke = None;
         if count >= Self::MIN_COMMANDS {
-            std::thread::sleep((self.last * 3 / 4).min(Self::MAX));
+            let nap = (self.last * 3 / 4).min(Self::MAX);
+            if !nap.is_zero() {
+                std::thread::sleep(nap);
+                self.woke = Some((nap, Instant::now()));
+            }
         }
     }
 
     /// Call once the replies of pipelines of at most `count` commands,
     /// sent at `sent`, are all in.
     pub(crate) fn answered(&mut self, count: usize, sent: Instant) {
-        if count >= Self::MIN_COMMANDS {
-            self.last = sent.elapsed();
+        if count < Self::MIN_COMMANDS {
+            return;
         }
+        self.last = match self.woke.take() {
+            // Reading took a small part of the sleep: the replies were in
+            // when we woke, so the answer time is below the sleep, by how
+            // much is unknown.
+            Some((nap, woke)) if woke.elapsed() < nap / 4 => self.last / 2,
+            _ => sent.elapsed(),
+        };
     }
 }
 
@@ -605,5 +622,43 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("invalid redis URL"), "{text}");
         assert!(!text.contains("pw"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod linger_tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_round_does_not_keep_later_rounds_sleeping() {
+        let mut l = Linger {
+            last: Duration::from_secs(1),
+            woke: None,
+        };
+        // Redis now answers at once: each round finds every reply in
+        // when it wakes, so the sleep halves round after round.
+        let mut naps = Vec::new();
+        for _ in 0..6 {
+            let sent = Instant::now();
+            l.before_reading(Linger::MIN_COMMANDS);
+            naps.push(l.woke.map(|(nap, _)| nap).unwrap_or_default());
+            l.answered(Linger::MIN_COMMANDS, sent);
+        }
+        assert_eq!(naps[0], Linger::MAX);
+        assert!(naps.windows(2).skip(2).all(|w| w[1] < w[0]), "{naps:?}");
+        assert!(naps[5] < Duration::from_millis(100), "{naps:?}");
+    }
+
+    #[test]
+    fn small_pipelines_are_read_at_once() {
+        let mut l = Linger {
+            last: Duration::from_secs(1),
+            woke: None,
+        };
+        let sent = Instant::now();
+        l.before_reading(Linger::MIN_COMMANDS - 1);
+        assert!(l.woke.is_none());
+        l.answered(Linger::MIN_COMMANDS - 1, sent);
+        assert_eq!(l.last, Duration::from_secs(1));
     }
 }
