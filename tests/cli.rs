@@ -557,3 +557,20 @@ fn stats_on_a_cluster_scans_every_master() {
         .collect();
     assert_eq!(found, names);
 }
+
+#[test]
+fn usage_errors_exit_2_before_connecting_even_with_redis_down() {
+    let nothing = format!("redis://127.0.0.1:{}", support::free_port());
+    for args in [
+        &["peek", "a{b"][..],
+        &["stats", "ok", "bad}name"],
+        &["watch", "--interval", "0", "--once"],
+        &["offer", "q", "x", "--delay", "soon"],
+        &[],
+    ] {
+        let err = fails_with(&redwheel(&nothing, args), 2);
+        assert!(!err.contains("connect"), "{args:?}: {err}");
+    }
+    let err = fails_with(&redwheel(&nothing, &[]), 2);
+    assert!(err.contains("a command is needed"), "{err}");
+}

@@ -72,6 +72,13 @@ pub use self::consumer::{Consumer, ConsumerOptions};
 pub use self::reliable::{DeadLetter, Delivery, Nacked, QueueStats};
 pub use self::state::{MAX_ID_LEN, MAX_NAME_LEN};
 
+/// Checks a queue name as [`Redwheel::queue`] does, without Redis: non-empty,
+/// at most [`MAX_NAME_LEN`] bytes, no `{` or `}` (they delimit the hash
+/// tag), no control characters. Fails with [`ErrorKind::InvalidName`].
+pub fn validate_name(name: &str) -> Result<(), Error> {
+    state::validate_name(name)
+}
+
 use self::state::{QueueState, new_message_id};
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::{Backoff, Conn, Deadline, Redwheel, Runtime, Subscription, shut_down};

@@ -39,11 +39,13 @@ pub enum Command {
     /// Counts per state of the named queues, or of every queue found by SCAN.
     Stats {
         /// Queue names (default: every queue in Redis).
+        #[arg(value_parser = queue_name)]
         queues: Vec<String>,
     },
     /// The first messages of one state of a queue, with their payloads.
     Peek {
         /// The queue.
+        #[arg(value_parser = queue_name)]
         queue: String,
         #[command(flatten)]
         state: StateArg,
@@ -54,6 +56,7 @@ pub enum Command {
     /// Dead letters: why they died, after how many attempts, and when.
     Dead {
         /// The queue.
+        #[arg(value_parser = queue_name)]
         queue: String,
         /// How many dead letters (oldest first).
         #[arg(short = 'n', long = "count", default_value_t = 10, value_name = "N")]
@@ -62,6 +65,7 @@ pub enum Command {
     /// Makes the oldest dead letters ready again, with a fresh attempt count.
     RequeueDead {
         /// The queue.
+        #[arg(value_parser = queue_name)]
         queue: String,
         /// How many dead letters (oldest first).
         #[arg(short = 'n', long = "count", default_value_t = 10, value_name = "N")]
@@ -70,6 +74,7 @@ pub enum Command {
     /// Deletes messages by id, wherever they are (delayed, ready, in flight, dead).
     Remove {
         /// The queue.
+        #[arg(value_parser = queue_name)]
         queue: String,
         /// Message ids.
         #[arg(required = true)]
@@ -78,6 +83,7 @@ pub enum Command {
     /// Offers one message (the payload's bytes as given) after a delay.
     Offer {
         /// The queue.
+        #[arg(value_parser = queue_name)]
         queue: String,
         /// The payload.
         payload: String,
@@ -88,9 +94,10 @@ pub enum Command {
     /// A live view: backlog per state, delivery rate, ready-age p50/p99.
     Watch {
         /// Queue names (default: every queue in Redis).
+        #[arg(value_parser = queue_name)]
         queues: Vec<String>,
         /// Time between two frames (and the rate's window).
-        #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+        #[arg(long, default_value = "1s", value_parser = parse_interval, value_name = "DURATION")]
         interval: Duration,
         /// Print one frame (after one interval, for the rate) and exit.
         #[arg(long)]
@@ -124,6 +131,22 @@ pub struct StateArg {
 
 /// `500ms`, `10s`, `5m`, `1h`, or a bare number of seconds (`30`); whole
 /// numbers only.
+/// A queue name, checked as the library checks it (before connecting, so
+/// a bad name is a usage error whether Redis is up or not).
+fn queue_name(s: &str) -> Result<String, String> {
+    redwheel::queue::validate_name(s)
+        .map(|()| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// `watch`'s interval: a duration, not zero.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("the interval must be more than 0".to_owned()),
+        d => Ok(d),
+    }
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());

@@ -396,9 +396,6 @@ fn watch(
     once: bool,
     json: bool,
 ) -> Result<(), Failure> {
-    if interval.is_zero() {
-        return Err(Failure::new(code::USAGE, "--interval must be more than 0"));
-    }
     let tty = std::io::stdout().is_terminal() && !json && !once;
     let mut queues = inspectors(rw, names)?;
     let mut scanned = Instant::now();

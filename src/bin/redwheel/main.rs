@@ -2,7 +2,8 @@
 //! locks in Redis (README, "Operating it").
 //!
 //! Exit codes: 0 done; 1 any other failure; 2 a usage error (arguments,
-//! durations, names); 3 Redis could not be reached or refused us; 4 not
+//! durations, names; checked before connecting); 3 Redis could not be
+//! reached or refused us, or its URL is invalid; 4 not
 //! found (a queue with no keys at all, an id `remove` did not find). Every
 //! error is one line on stderr, `redwheel: <message>`.
 
@@ -99,6 +100,13 @@ fn connect(cli: &Cli) -> Result<Redwheel, Failure> {
 
 /// A clap error as one line: what was wrong, without the usage block.
 fn clap_message(e: &clap::Error) -> String {
+    use clap::error::ErrorKind as K;
+    if matches!(
+        e.kind(),
+        K::DisplayHelpOnMissingArgumentOrSubcommand | K::MissingSubcommand
+    ) {
+        return "a command is needed: stats, peek, dead, requeue-dead, remove, offer, watch or locks (see --help)".to_owned();
+    }
     let text = e.to_string();
     let mut parts = Vec::new();
     for line in text.lines() {
