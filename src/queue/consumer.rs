@@ -33,10 +33,11 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use redis::Value;
 
+use super::reliable::{count_nack, nack_keys};
 use super::{Codec, Delivery, Queue};
 use crate::error::{Error, ErrorKind};
 use crate::runtime::{Backoff, Commands, Deadline, Job, Next, slot};
-use crate::scripts;
+use crate::scripts::{self, MAX_DUE_MS};
 
 /// Settings of a [`Consumer`] pool.
 #[derive(Debug, Clone)]
@@ -346,7 +347,7 @@ impl<T: Codec> Queue<T> {
         );
         let job = Arc::new(ExtendJob {
             inner: Arc::clone(&inner),
-            keys: self.state.keys.clone(),
+            state: Arc::clone(&self.state),
             slot: slot(self.state.keys.inflight.as_bytes()),
             visibility_ms: self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64,
             period,
@@ -355,7 +356,6 @@ impl<T: Codec> Queue<T> {
             retry_max: options.retry_max,
             max_deliveries: self.max_deliveries,
             sent: Mutex::new(Vec::new()),
-            name: self.state.name.clone(),
         });
         rt.driver.register(&key, job, Deadline::After(period), None);
         let (done_tx, done) = crossbeam_channel::unbounded();
@@ -650,7 +650,7 @@ fn handle<T: Codec, E: fmt::Display>(
 /// timeout.
 struct ExtendJob {
     inner: Arc<Inner>,
-    keys: super::state::Keys,
+    state: Arc<super::state::QueueState>,
     slot: u16,
     visibility_ms: u64,
     period: Duration,
@@ -660,12 +660,14 @@ struct ExtendJob {
     max_deliveries: u32,
     /// What the last `commands` sent, for `on_reply`.
     sent: Mutex<Vec<(Running, bool)>>,
-    name: String,
 }
 
 impl Job for ExtendJob {
     fn describe(&self) -> String {
-        format!("visibility extension of queue {:?}'s consumer", self.name)
+        format!(
+            "visibility extension of queue {:?}'s consumer",
+            self.state.name
+        )
     }
 
     fn commands(&self, out: &mut Commands) {
@@ -681,20 +683,17 @@ impl Job for ExtendJob {
                 .is_some_and(|limit| r.started.elapsed() >= limit);
             let packed = if timed_out {
                 let delay = retry_delay(self.retry_min, self.retry_max, r.attempt);
+                // Far below MAX_DUE_MS - now for ages: nack.lua adds it to now.
+                let delay_ms = u64::try_from(delay.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .min(MAX_DUE_MS / 2);
                 redis::cmd("EVALSHA")
                     .arg(scripts::NACK.get_hash())
                     .arg(8)
-                    .arg(&self.keys.inflight)
-                    .arg(&self.keys.lease)
-                    .arg(&self.keys.msg)
-                    .arg(&self.keys.attempts)
-                    .arg(&self.keys.delayed)
-                    .arg(&self.keys.dead)
-                    .arg(&self.keys.reason)
-                    .arg(&self.keys.wake)
+                    .arg(&nack_keys(&self.state.keys)[..])
                     .arg(&r.id)
                     .arg(&r.token)
-                    .arg(delay.as_millis() as u64)
+                    .arg(delay_ms)
                     .arg(self.max_deliveries)
                     .arg("the handler timed out")
                     .get_packed_command()
@@ -702,8 +701,8 @@ impl Job for ExtendJob {
                 redis::cmd("EVALSHA")
                     .arg(scripts::EXTEND.get_hash())
                     .arg(2)
-                    .arg(&self.keys.inflight)
-                    .arg(&self.keys.lease)
+                    .arg(&self.state.keys.inflight)
+                    .arg(&self.state.keys.lease)
                     .arg(&r.id)
                     .arg(&r.token)
                     .arg(self.visibility_ms)
@@ -730,12 +729,13 @@ impl Job for ExtendJob {
             if *timed_out {
                 r.released.store(true, Ordering::SeqCst);
                 self.inner.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(target: "redwheel::queue", queue = %self.name, id = %r.id, "consumer: a handler ran past its timeout; its message was given back");
+                count_nack(&self.state.metrics, n);
+                tracing::warn!(target: "redwheel::queue", queue = %self.state.name, id = %r.id, "consumer: a handler ran past its timeout; its message was given back");
             } else if n < 0 {
                 // The claim expired before we could extend it (a stalled
                 // process): the message is another consumer's now.
                 r.released.store(true, Ordering::SeqCst);
-                tracing::warn!(target: "redwheel::queue", queue = %self.name, id = %r.id, "consumer: a running handler's claim expired before it was extended; its result will be dropped");
+                tracing::warn!(target: "redwheel::queue", queue = %self.state.name, id = %r.id, "consumer: a running handler's claim expired before it was extended; its result will be dropped");
             }
         }
         Ok(Next::After(self.period))

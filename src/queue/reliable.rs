@@ -19,7 +19,7 @@ use super::{Codec, MessageId, Queue, parse_stored};
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::{Deadline, Runtime};
 use crate::scripts::{self, CLAIM_BATCH_MAX};
-use crate::telemetry;
+use crate::telemetry::{self, QueueMetrics};
 
 /// A claimed message: delivered at least once; [`ack`](Delivery::ack) it
 /// when done with it.
@@ -309,36 +309,18 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let _span = telemetry::queue_op("nack", &self.state.name, 1);
         let n: i64 = self.rt().run(&keys.inflight, Access::Write, |con| {
-            scripts::NACK
-                .key(&keys.inflight)
-                .key(&keys.lease)
-                .key(&keys.msg)
-                .key(&keys.attempts)
-                .key(&keys.delayed)
-                .key(&keys.dead)
-                .key(&keys.reason)
-                .key(&keys.wake)
-                .arg(id)
+            let mut inv = scripts::NACK.prepare_invoke();
+            for k in nack_keys(keys) {
+                inv.key(k);
+            }
+            inv.arg(id)
                 .arg(token)
                 .arg(delay_ms)
                 .arg(self.max_deliveries)
                 .arg(why)
                 .invoke(con)
         })?;
-        let metrics = &self.state.metrics;
-        Ok(match n {
-            1 => {
-                metrics.nacked.add(1);
-                Some(Nacked::Retried)
-            }
-            2 => {
-                metrics.nacked.add(1);
-                metrics.dead_lettered.add(1);
-                Some(Nacked::Dead)
-            }
-            0 => Some(Nacked::Gone),
-            _ => None,
-        })
+        Ok(count_nack(&self.state.metrics, n))
     }
 
     /// Waits up to `wait` for a due message and claims it: at-least-once
@@ -633,6 +615,39 @@ impl<T: Codec> Queue<T> {
             stats.oldest_overdue,
         );
         Ok(stats)
+    }
+}
+
+/// `nack.lua`'s keys, in its order (ARGV: id, token, delay ms,
+/// max_deliveries, why). Every sender of the script takes them from here.
+pub(crate) fn nack_keys(keys: &Keys) -> [&str; 8] {
+    [
+        &keys.inflight,
+        &keys.lease,
+        &keys.msg,
+        &keys.attempts,
+        &keys.delayed,
+        &keys.dead,
+        &keys.reason,
+        &keys.wake,
+    ]
+}
+
+/// What a `nack.lua` reply means (`None`: the claim was no longer
+/// current), counted in the queue's metrics.
+pub(crate) fn count_nack(metrics: &QueueMetrics, reply: i64) -> Option<Nacked> {
+    match reply {
+        1 => {
+            metrics.nacked.add(1);
+            Some(Nacked::Retried)
+        }
+        2 => {
+            metrics.nacked.add(1);
+            metrics.dead_lettered.add(1);
+            Some(Nacked::Dead)
+        }
+        0 => Some(Nacked::Gone),
+        _ => None,
     }
 }
 
