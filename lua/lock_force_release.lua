@@ -1,7 +1,7 @@
 -- lock_force_release.lua: release lock L whoever holds it (an operator's tool).
 --
 -- KEYS[1]  redwheel:lock:{L}          HASH  <owner> -> hold count, 'token' -> fencing token
--- KEYS[2]  redwheel:lock:{L}:unlock   channel (only PUBLISHed to)
+-- KEYS[2]  redwheel:lock:{L}:unlock   sharded channel (only SPUBLISHed to)
 --
 -- Reply: 1 when a held lock was deleted (its token is published on the channel, waking one
 --        waiter per process), 0 when it was not held.

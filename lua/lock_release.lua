@@ -1,7 +1,7 @@
 -- lock_release.lua: one unlock by the owner of one hold of lock L.
 --
 -- KEYS[1]  redwheel:lock:{L}          HASH  <owner> -> hold count, 'token' -> fencing token
--- KEYS[2]  redwheel:lock:{L}:unlock   channel (only PUBLISHed to)
+-- KEYS[2]  redwheel:lock:{L}:unlock   sharded channel (only SPUBLISHed to)
 -- ARGV[1]  owner: "<instance id>:<thread>"
 -- ARGV[2]  the fencing token of the hold being unlocked
 -- ARGV[3]  the hold count left after this unlock (the caller's own count - 1)
