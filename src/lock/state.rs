@@ -27,7 +27,7 @@ use parking_lot::{Condvar, Mutex};
 use super::renewal::RenewalGroup;
 use super::{LeaseLost, LostCause};
 use crate::error::Error;
-use crate::runtime::{MAX_TAG_NAME_LEN, validate_tag_name};
+use crate::runtime::{MAX_TAG_NAME_LEN, random_u64, validate_tag_name};
 use crate::telemetry::LockMetrics;
 
 /// Longest lock name, in bytes.
@@ -124,13 +124,7 @@ pub(crate) struct LockCtx {
 
 impl LockCtx {
     pub(crate) fn new() -> LockCtx {
-        let id = getrandom::u64().unwrap_or_else(|_| {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            t ^ (u64::from(std::process::id()) << 32)
-        });
+        let id = random_u64();
         LockCtx {
             owner_prefix: format!("{id:016x}:"),
             counters: Counters::default(),

@@ -10,9 +10,9 @@
 
 use std::collections::BTreeSet;
 
-use super::QueueStats;
 use super::reliable::read_stats;
 use super::state::{Keys, validate_name};
+use super::{QueueStats, split_stored};
 use crate::error::{Access, Error};
 use crate::runtime::Redwheel;
 
@@ -304,19 +304,6 @@ impl QueueInspector {
             .collect();
         Ok(ReadyAges { now_ms, ages_ms })
     }
-}
-
-/// A stored value `"<due ms>:<payload>"` split into its due time (`None`
-/// if malformed) and payload (the whole value if malformed).
-fn split_stored(value: &[u8]) -> (Option<u64>, &[u8]) {
-    value
-        .iter()
-        .position(|&b| b == b':')
-        .and_then(|i| {
-            let due = std::str::from_utf8(&value[..i]).ok()?.parse::<u64>().ok()?;
-            Some((Some(due), &value[i + 1..]))
-        })
-        .unwrap_or((None, value))
 }
 
 impl Keys {

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::state::Keys;
-use super::{Codec, MessageId, Queue, parse_stored};
+use super::{Codec, MessageId, Queue, parse_stored, split_stored};
 use crate::error::{Access, Error, ErrorKind};
-use crate::runtime::{Deadline, Runtime};
+use crate::runtime::{Deadline, Runtime, random_u64};
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 use crate::telemetry::{self, QueueMetrics};
 
@@ -282,15 +282,7 @@ fn token_prefix() -> String {
     use std::sync::OnceLock;
     static SEED: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(|| {
-        getrandom::u64().unwrap_or_else(|_| {
-            let t = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            t ^ (u64::from(std::process::id()) << 32)
-        })
-    });
+    let seed = *SEED.get_or_init(random_u64);
     format!("{seed:x}.{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
@@ -558,11 +550,9 @@ impl<T: Codec> Queue<T> {
                     Error::new(ErrorKind::Protocol, "unexpected reply to dead.lua").with_cause(e),
                 )
             })?;
-            let split = stored.iter().position(|&b| b == b':');
-            let due_ms = split
-                .and_then(|i| std::str::from_utf8(&stored[..i]).ok()?.parse().ok())
-                .unwrap_or(0);
-            let raw = split.map_or(&stored[..], |i| &stored[i + 1..]).to_vec();
+            let (due, raw) = split_stored(&stored);
+            let due_ms = due.unwrap_or(0);
+            let raw = raw.to_vec();
             let payload = parse_stored::<T>(&stored).ok().map(|(_, p)| p);
             out.push(DeadLetter {
                 id: MessageId(id),

@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind};
-use crate::runtime::{Commands, Job, MAX_TAG_NAME_LEN, Next, slot, validate_tag_name};
+use crate::runtime::{Commands, Job, MAX_TAG_NAME_LEN, Next, random_u64, slot, validate_tag_name};
 use crate::scripts;
 use crate::telemetry::{Counter, QueueMetrics};
 
@@ -221,15 +221,7 @@ pub(crate) fn new_message_id() -> String {
     static PREFIX: OnceLock<String> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = PREFIX.get_or_init(|| {
-        let seed = getrandom::u64().unwrap_or_else(|_| {
-            // No OS randomness: fall back on time and pid (still distinct
-            // between processes started at different instants).
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            t ^ (u64::from(std::process::id()) << 32)
-        });
+        let seed = random_u64();
         let mut s = String::with_capacity(11);
         let mut x = seed;
         for _ in 0..11 {

@@ -48,7 +48,7 @@ use self::cluster::{Cluster, ClusterTransport, Node};
 pub use self::driver::DriverStats;
 use self::driver::Transport;
 pub(crate) use self::driver::{Commands, Deadline, Driver, DriverConfig, Job, Next};
-pub(crate) use self::names::{MAX_TAG_NAME_LEN, validate_tag_name};
+pub(crate) use self::names::{MAX_TAG_NAME_LEN, random_u64, validate_tag_name};
 use self::pool::NodeTransport;
 pub(crate) use self::pool::{Conn, Endpoint, Pool, shut_down};
 use self::server_clock::{ClockSample, ServerClock};

@@ -1,5 +1,7 @@
 //! Names that become a Redis hash tag (`redwheel:{name}:…`): one rule for
-//! every kind of object the runtime carries (queues, locks).
+//! every kind of object the runtime carries (queues, locks); and the random
+//! seed behind the ids a process hands out (message ids, claim tokens, lock
+//! owners).
 
 use crate::error::{Error, ErrorKind};
 
@@ -27,6 +29,18 @@ pub(crate) fn validate_tag_name(kind: &str, name: &str) -> Result<(), Error> {
         ErrorKind::InvalidName,
         format!("invalid {kind} name {name:?}: {reason}"),
     ))
+}
+
+/// 64 random bits from the OS; without OS randomness, time and pid (still
+/// distinct between processes started at different instants).
+pub(crate) fn random_u64() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ (u64::from(std::process::id()) << 32)
+    })
 }
 
 #[cfg(test)]
