@@ -801,12 +801,16 @@ fn arm_guard(shared: &Arc<DriverShared>, every: Duration) -> Option<Timeout> {
 /// Arms the recurring clock refresh.
 fn arm_clock_refresh(shared: &Arc<DriverShared>, every: Duration) {
     let weak = Arc::downgrade(shared);
-    let _ = shared.timer.new_timeout(every, move |_: &Timeout| {
+    let armed = shared.timer.new_timeout(every, move |_: &Timeout| {
         let Some(shared) = weak.upgrade() else { return };
         shared.clock_due.store(true, Ordering::Release);
         shared.notifier.notify();
         arm_clock_refresh(&shared, every);
     });
+    if let Err(e) = armed {
+        // Only a stopped wheel refuses (shutdown): nothing left to refresh.
+        tracing::debug!(target: "redwheel::runtime", error = %e, "clock refresh not armed again");
+    }
 }
 
 /// The driver thread's state.

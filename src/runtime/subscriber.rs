@@ -315,34 +315,34 @@ fn listen(
             Err(e) => return Err(e),
         }
         while let Ok(push) = pushes.try_recv() {
-            let text = |v: Option<&Value>| match v {
-                Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
-                Some(Value::SimpleString(s)) => Some(s.clone()),
+            // Borrowed: a wake-up message allocates nothing here.
+            let channel = match push.data.first() {
+                Some(Value::BulkString(b)) => std::str::from_utf8(b).ok(),
+                Some(Value::SimpleString(s)) => Some(s.as_str()),
                 _ => None,
             };
-            let channel = text(push.data.first());
             match (push.kind, channel) {
                 (PushKind::SMessage | PushKind::Message, Some(channel)) => {
                     tracing::trace!(target: "redwheel::runtime", node = addr, channel, "subscriber: message");
                     if let (Some(h), Some(Value::BulkString(payload))) =
-                        (handlers.get(&channel), push.data.get(1))
+                        (handlers.get(channel), push.data.get(1))
                     {
                         (h.on_message)(payload);
                     }
                 }
                 (PushKind::SSubscribe, Some(channel)) => {
                     tracing::debug!(target: "redwheel::runtime", node = addr, channel, "subscriber: subscribed");
-                    pending.remove(&channel);
-                    subscribed.insert(channel.clone());
-                    if let Some(h) = handlers.get(&channel) {
+                    pending.remove(channel);
+                    subscribed.insert(channel.to_owned());
+                    if let Some(h) = handlers.get(channel) {
                         (h.on_subscribed)();
                     }
                 }
                 (PushKind::SUnsubscribe, Some(channel)) => {
                     tracing::debug!(target: "redwheel::runtime", node = addr, channel, "subscriber: unsubscribed");
-                    subscribed.remove(&channel);
-                    pending.remove(&channel);
-                    if handlers.contains_key(&channel) {
+                    subscribed.remove(channel);
+                    pending.remove(channel);
+                    if handlers.contains_key(channel) {
                         // Not asked for: its slot moved to another node.
                         sub.locator.refresh();
                         seen = (u64::MAX, u64::MAX);
