@@ -366,14 +366,13 @@ impl Cluster {
                 }
                 Err(Attempt::Failed(e)) => e,
             };
-            if let Some((addr, _)) = e.redirect_node()
+            if let Some(to) = redirect(&e)
                 && redirects < MAX_REDIRECTS
             {
                 redirects += 1;
-                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) {
-                    ask = Some(addr.to_owned());
-                } else {
-                    self.request_refresh();
+                match to {
+                    Redirect::Ask(addr) => ask = Some(addr),
+                    Redirect::Moved => self.request_refresh(),
                 }
                 continue;
             }
@@ -580,11 +579,37 @@ impl ClusterTransport {
 /// whether it goes after `ASKING`.
 type Group = (Arc<Node>, Vec<(usize, bool)>);
 
-/// A stand-in reply for a command whose master could not be reached: a
-/// `CLUSTERDOWN` error, which the driver treats as transient.
-fn unreachable_reply(addr: &str) -> Value {
-    let text = format!("-CLUSTERDOWN the master at {addr} cannot be reached\r\n");
+/// Where a `MOVED` or `ASK` error sends a command.
+enum Redirect {
+    /// The slot moved for good: refresh the slot map and route again.
+    Moved,
+    /// Ask this node once (after `ASKING`): the slot is migrating.
+    Ask(String),
+}
+
+/// The redirect in `e`, if it is one (the `redis` crate parses it, for
+/// direct calls and pipelined replies alike).
+fn redirect(e: &redis::RedisError) -> Option<Redirect> {
+    let (addr, _) = e.redirect_node()?;
+    Some(
+        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) {
+            Redirect::Ask(addr.to_owned())
+        } else {
+            Redirect::Moved
+        },
+    )
+}
+
+/// A stand-in reply for a command that could not be sent: a `CLUSTERDOWN`
+/// error, which the driver treats as transient.
+fn clusterdown_reply(why: &str) -> Value {
+    let text = format!("-CLUSTERDOWN {why}\r\n");
     redis::parse_redis_value(text.as_bytes()).unwrap_or(Value::Nil)
+}
+
+/// The stand-in reply for a command whose master could not be reached.
+fn unreachable_reply(addr: &str) -> Value {
+    clusterdown_reply(&format!("the master at {addr} cannot be reached"))
 }
 
 impl Transport for ClusterTransport {
@@ -607,9 +632,7 @@ impl Transport for ClusterTransport {
                 let node = match node {
                     Ok(node) => node,
                     Err(e) => {
-                        let text = format!("-CLUSTERDOWN {e}\r\n");
-                        replies[i] =
-                            Some(redis::parse_redis_value(text.as_bytes()).unwrap_or(Value::Nil));
+                        replies[i] = Some(clusterdown_reply(&e.to_string()));
                         continue;
                     }
                 };
@@ -669,15 +692,14 @@ impl Transport for ClusterTransport {
                     }
                     let v = values.next().unwrap_or(Value::Nil);
                     if let Value::ServerError(err) = &v
-                        && matches!(err.code(), "MOVED" | "ASK")
+                        && let Some(to) = redirect(&err.clone().into())
                     {
-                        let detail = err.details().unwrap_or("");
-                        let addr = detail.split_ascii_whitespace().nth(1).map(str::to_owned);
-                        if err.code() == "MOVED" {
-                            refresh = true;
-                            pending.push((i, None));
-                        } else {
-                            pending.push((i, addr));
+                        match to {
+                            Redirect::Moved => {
+                                refresh = true;
+                                pending.push((i, None));
+                            }
+                            Redirect::Ask(addr) => pending.push((i, Some(addr))),
                         }
                         continue;
                     }
