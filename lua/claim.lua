@@ -46,31 +46,15 @@ for i = 0, tonumber(ARGV[4]) - 1 do
     stale = stale + 1
   end
 end
--- Whether this entry of `ready` was left by a removed message (then it is consumed here).
-local function stale_entry(key, id)
-  local n = redis.call('HGET', key, id)
-  if not n then
-    return false
-  end
-  if n == '1' then
-    redis.call('HDEL', key, id)
-  else
-    redis.call('HINCRBY', key, id, -1)
-  end
-  return true
-end
 local out = { deadline, stale }
 local claimed = 0
 local skipped = 0
 local any_stale = count > 0 and redis.call('EXISTS', KEYS[7]) == 1
 while claimed < count and skipped < 100 do
-  local id = redis.call('LPOP', KEYS[1])
+  -- (pop_ready comes from ready_pop.lua, put in front of this script by scripts.rs.)
+  local id, v = pop_ready(KEYS[1], KEYS[2], KEYS[7], any_stale)
   if not id then
     break
-  end
-  local v = nil
-  if not (any_stale and stale_entry(KEYS[7], id)) then
-    v = redis.call('HGET', KEYS[2], id)
   end
   if v then
     claimed = claimed + 1

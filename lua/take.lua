@@ -16,28 +16,12 @@
 -- while `stale` is not empty) and ids whose `msg` entry is gone are dropped here, at most
 -- 100 per call, so the call stays O(1) however many there are. A message taken raises
 -- `delivered` in `counts` by one (what `redwheel watch` reads its delivery rate from).
--- Whether this entry of `ready` was left by a removed message (then it is consumed here).
-local function stale_entry(key, id)
-  local n = redis.call('HGET', key, id)
-  if not n then
-    return false
-  end
-  if n == '1' then
-    redis.call('HDEL', key, id)
-  else
-    redis.call('HINCRBY', key, id, -1)
-  end
-  return true
-end
+-- (pop_ready comes from ready_pop.lua, put in front of this script by scripts.rs.)
 local any_stale = redis.call('EXISTS', KEYS[5]) == 1
 for _ = 1, 100 do
-  local id = redis.call('LPOP', KEYS[1])
+  local id, v = pop_ready(KEYS[1], KEYS[2], KEYS[5], any_stale)
   if not id then
     return nil
-  end
-  local v = nil
-  if not (any_stale and stale_entry(KEYS[5], id)) then
-    v = redis.call('HGET', KEYS[2], id)
   end
   if v then
     redis.call('HDEL', KEYS[2], id)

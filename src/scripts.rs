@@ -29,17 +29,27 @@ pub(crate) static REMOVE: LazyLock<Script> =
 pub(crate) static CLEAR: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/clear.lua")));
 
-/// `lua/take.lua`: hands the first ready message to one consumer.
-pub(crate) static TAKE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/take.lua")));
+/// `lua/take.lua`: hands the first ready message to one consumer (after
+/// `lua/ready_pop.lua`, which it shares with claim).
+pub(crate) static TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/ready_pop.lua"),
+        include_str!("../lua/take.lua")
+    ))
+});
 
 /// `lua/park.lua`: parks an undecodable message as a dead letter.
 pub(crate) static PARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/park.lua")));
 
-/// `lua/claim.lua`: claims ready messages under a visibility deadline.
-pub(crate) static CLAIM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/claim.lua")));
+/// `lua/claim.lua`: claims ready messages under a visibility deadline
+/// (after `lua/ready_pop.lua`, which it shares with take).
+pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/ready_pop.lua"),
+        include_str!("../lua/claim.lua")
+    ))
+});
 
 /// `lua/ack.lua`: deletes a claimed message.
 pub(crate) static ACK: LazyLock<Script> =
