@@ -28,8 +28,9 @@ use parking_lot::RwLock;
 use redis::{PushInfo, PushKind, Value};
 
 use super::backoff::Backoff;
-use super::cluster::slot;
-use super::pool::Endpoint;
+use super::cluster::Cluster;
+use super::endpoint::Endpoint;
+use super::keyslot::slot;
 use crate::error::{Access, Error, ErrorKind};
 use crate::telemetry;
 
@@ -76,6 +77,28 @@ impl Locator for SingleNode {
     }
 
     fn refresh(&self) {}
+}
+
+/// A cluster: each channel lives on the master serving its slot.
+impl Locator for Cluster {
+    fn nodes(&self) -> Vec<(String, Arc<Endpoint>)> {
+        self.masters()
+            .iter()
+            .map(|n| (n.addr.clone(), Arc::clone(&n.endpoint)))
+            .collect()
+    }
+
+    fn owner(&self, channel: &str) -> Option<String> {
+        self.owner_addr(channel.as_bytes())
+    }
+
+    fn generation(&self) -> u64 {
+        Cluster::generation(self)
+    }
+
+    fn refresh(&self) {
+        self.request_refresh();
+    }
 }
 
 /// How long a listener blocks on its socket before it looks for new

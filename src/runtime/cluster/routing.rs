@@ -1,0 +1,154 @@
+//! Running one command (or script) on the master that serves its slot:
+//! following `MOVED` and `ASK`, waiting out `TRYAGAIN`, `CLUSTERDOWN` and a
+//! failover within the command timeout, never resending a command that
+//! may have been applied.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::slot_map::{Cluster, Node};
+use crate::error::{Access, Error};
+use crate::runtime::backoff::Backoff;
+use crate::runtime::conn::Conn;
+use crate::runtime::pool::Attempt;
+
+/// Most redirects one command follows.
+const MAX_REDIRECTS: usize = 16;
+impl Cluster {
+    /// Runs `f` on a connection to the master serving `route`'s slot,
+    /// following `MOVED` (after learning the new map) and `ASK` (with
+    /// `ASKING`), and waiting out `TRYAGAIN`, `CLUSTERDOWN` and an
+    /// unreachable master (a failover) on the reconnect backoff, within
+    /// `command_timeout` in all. A command that may have been applied is
+    /// never retried.
+    pub(crate) fn run<R>(
+        &self,
+        route: &[u8],
+        access: Access,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<R, Error> {
+        let started = Instant::now();
+        let budget = self.options.command_timeout;
+        let mut backoff = Backoff::new(self.options.reconnect_min, self.options.reconnect_max);
+        let mut ask: Option<String> = None;
+        let mut redirects = 0;
+        loop {
+            let asking = ask.take();
+            let node = match &asking {
+                Some(addr) => self.node(addr)?,
+                None => match self.node_for(route) {
+                    Ok(n) => n,
+                    Err(e) if e.is_transient() && wait(&mut backoff, started, budget) => {
+                        self.request_refresh();
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            let result = if asking.is_some() {
+                node.commands.try_run(|con| {
+                    redis::cmd("ASKING").query::<()>(con)?;
+                    f(con)
+                })
+            } else {
+                node.commands.try_run(&mut f)
+            };
+            let e = match result {
+                Ok(r) => return Ok(r),
+                Err(Attempt::NotSent(e)) => {
+                    // The master cannot be reached: maybe failing over.
+                    self.request_refresh();
+                    if e.is_transient() && wait(&mut backoff, started, budget) {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                Err(Attempt::Failed(e)) => e,
+            };
+            if let Some(to) = redirect(&e)
+                && redirects < MAX_REDIRECTS
+            {
+                redirects += 1;
+                match to {
+                    Redirect::Ask(addr) => ask = Some(addr),
+                    Redirect::Moved => self.request_refresh(),
+                }
+                continue;
+            }
+            let retry = matches!(
+                e.kind(),
+                redis::ErrorKind::Server(
+                    redis::ServerErrorKind::TryAgain
+                        | redis::ServerErrorKind::ClusterDown
+                        | redis::ServerErrorKind::MasterDown
+                        | redis::ServerErrorKind::BusyLoading
+                )
+            );
+            if retry && wait(&mut backoff, started, budget) {
+                if e.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
+                    self.request_refresh();
+                }
+                continue;
+            }
+            if e.is_io_error() || e.is_connection_dropped() {
+                self.request_refresh();
+            }
+            return Err(Error::from_redis(e, access));
+        }
+    }
+
+    /// As [`run`](Cluster::run), but sends `f` once on the master serving
+    /// `route`'s slot: no redirect followed, nothing resent (a redirect is
+    /// a transient error; the command was not applied).
+    pub(crate) fn run_once<R>(
+        &self,
+        route: &[u8],
+        access: Access,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<R, Error> {
+        let node = self.node_for(route)?;
+        let r = node.commands.run_once(access, f);
+        if r.as_ref().is_err_and(|e| e.is_transient()) {
+            self.request_refresh();
+        }
+        r
+    }
+
+    /// A blocking connection to the master serving `route`'s slot.
+    pub(crate) fn blocking(&self, route: &[u8]) -> Result<(Conn, Arc<Node>), Error> {
+        let node = self.node_for(route)?;
+        let (con, _) = node.blocking.get()?;
+        Ok((con, node))
+    }
+}
+
+/// Sleeps for the backoff's next wait if the budget allows; false if not.
+fn wait(backoff: &mut Backoff, started: Instant, budget: Duration) -> bool {
+    let left = budget.saturating_sub(started.elapsed());
+    if left.is_zero() {
+        return false;
+    }
+    std::thread::sleep(backoff.step().min(left));
+    true
+}
+
+/// Where a `MOVED` or `ASK` error sends a command.
+pub(super) enum Redirect {
+    /// The slot moved for good: refresh the slot map and route again.
+    Moved,
+    /// Ask this node once (after `ASKING`): the slot is migrating.
+    Ask(String),
+}
+
+/// The redirect in `e`, if it is one (the `redis` crate parses it, for
+/// direct calls and pipelined replies alike).
+pub(super) fn redirect(e: &redis::RedisError) -> Option<Redirect> {
+    let (addr, _) = e.redirect_node()?;
+    Some(
+        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) {
+            Redirect::Ask(addr.to_owned())
+        } else {
+            Redirect::Moved
+        },
+    )
+}

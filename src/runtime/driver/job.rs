@@ -1,0 +1,120 @@
+//! What the driver runs and what carries it: the [`Job`] interface the
+//! layers above implement, the [`Next`] and [`Deadline`] they answer with,
+//! the packed [`Commands`] of a round, and the [`Transport`] (one server or
+//! a cluster) that sends them.
+
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use crate::error::Error;
+use crate::runtime::server_clock::ClockSample;
+
+/// One unit of due work: a round of commands and what to make of their
+/// replies.
+pub(crate) trait Job: Send + Sync + 'static {
+    /// A short description for logs ("transfer of orders").
+    fn describe(&self) -> String;
+    /// Appends this job's commands (usually one) to the round.
+    fn commands(&self, out: &mut Commands);
+    /// The scripts its commands run by `EVALSHA`, loaded after `NOSCRIPT`.
+    fn scripts(&self) -> &[&'static Script] {
+        &[]
+    }
+    /// Reads the replies to its commands (none is an error reply) and says
+    /// when to run next.
+    fn on_reply(&self, replies: &[Value]) -> Result<Next, Error>;
+}
+
+/// When a job wants to run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// After this long, counted on the local clock from the reply's arrival
+    /// (at most [`MAX_AHEAD`](crate::runtime::server_clock::MAX_AHEAD); a longer wait runs early, once, to look
+    /// again). A job whose script computes the wait from the server's own
+    /// `TIME` ("due − now") is never run early by clock offsets, since the
+    /// reply arrives after the script read the clock.
+    After(Duration),
+    /// At once: more work is waiting (a full batch). Runs in the next round.
+    Again,
+    /// Nothing to schedule: the next announcement or guard sweep runs it.
+    Idle,
+}
+
+/// A first deadline, or an announced one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// In the next round.
+    Now,
+    /// At this server time (epoch ms), by the offset estimate.
+    ServerMs(i64),
+    /// After this long on the local clock.
+    #[cfg_attr(not(test), allow(dead_code))] // lock renewal
+    After(Duration),
+}
+
+/// The commands of one round, packed back to back, each with the cluster
+/// slot of its keys.
+#[derive(Default)]
+pub(crate) struct Commands {
+    buf: Vec<u8>,
+    /// Where each command ends in `buf`.
+    ends: Vec<usize>,
+    /// The cluster slot of each command's keys.
+    slots: Vec<u16>,
+}
+
+impl Commands {
+    /// Appends one packed command whose keys are in cluster slot `slot`
+    /// (a cluster sends it to the master serving that slot).
+    pub(crate) fn push(&mut self, slot: u16, packed: &[u8]) {
+        self.buf.extend_from_slice(packed);
+        self.ends.push(self.buf.len());
+        self.slots.push(slot);
+    }
+
+    /// The packed bytes of command `i`.
+    pub(crate) fn command(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.buf[start..self.ends[i]]
+    }
+
+    /// The packed bytes of every command.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The number of commands.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The cluster slot of command `i`.
+    pub(crate) fn slot(&self, i: usize) -> u16 {
+        self.slots[i]
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.buf.clear();
+        self.ends.clear();
+        self.slots.clear();
+    }
+}
+
+/// What carries a round to Redis and back.
+pub(crate) trait Transport: Send + 'static {
+    /// Sends every command and returns one reply per command, in order:
+    /// one pipelined round trip per connection. `Err` when the round as a
+    /// whole failed (no connection, or it broke); an error reply of one
+    /// command is a [`Value::ServerError`] in its place.
+    fn round_trip(&mut self, commands: &Commands) -> Result<Vec<Value>, Error>;
+    /// Loads `script` (after a `NOSCRIPT` reply).
+    fn load_script(&mut self, script: &Script) -> Result<(), Error>;
+    /// How many connections were established so far (the driver re-runs
+    /// every job when this grows past 1: a reconnect).
+    fn connects(&self) -> u64;
+    /// Round trips made so far (a round is one per connection it used).
+    fn round_trips(&self) -> u64;
+    /// Measures the server's clock, if connected.
+    fn measure_clock(&mut self, now: &dyn Fn() -> Duration) -> Option<ClockSample>;
+}

@@ -1,0 +1,236 @@
+//! [`Redwheel`]: the public handle. Connecting builds the backend (one
+//! server or a cluster), starts the driver and the subscriber, and measures
+//! the server's clock; dropping the last handle shuts everything down.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::cluster::{Cluster, ClusterTransport};
+use super::driver::{Driver, DriverConfig, DriverStats, Transport};
+use super::endpoint::Endpoint;
+use super::node_transport::NodeTransport;
+use super::options::RedwheelOptions;
+use super::pool::Pool;
+use super::server_clock::ServerClock;
+use super::shared::{Backend, Runtime};
+use super::subscriber::{Locator, SingleNode, Subscriber};
+use crate::error::Error;
+use crate::timer::SystemClock;
+
+/// A connection to Redis, shared by everything Redis-backed in a process:
+/// one wheel and the thread that runs timed Redis work on it, connection
+/// pools, and a subscriber connection.
+///
+/// A cheap `Clone` handle, `Send + Sync`. Dropping the last handle (the
+/// handles made from it count) shuts everything down, as
+/// [`shutdown`](Redwheel::shutdown) does. See the crate docs for an
+/// example.
+#[derive(Clone)]
+pub struct Redwheel {
+    handle: Arc<Handle>,
+}
+
+/// Owned by `Redwheel` clones only, never by background threads: its drop
+/// means "the last handle is gone".
+struct Handle {
+    rt: Arc<Runtime>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Err(e) = self.rt.shutdown(Duration::from_secs(5)) {
+            tracing::warn!(target: "redwheel::runtime", error = %e, "shutdown on drop did not finish");
+        }
+    }
+}
+
+impl fmt::Debug for Redwheel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redwheel")
+            .field("addr", &self.handle.rt.addr)
+            .field("shut_down", &self.handle.rt.is_shut_down())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redwheel {
+    /// Connects to the Redis at `url` with default options, and starts the
+    /// background threads.
+    ///
+    /// URLs: `redis://[user:password@]host:port[/db]`, or `rediss://…` for
+    /// TLS (feature `tls`). Fails with [`ErrorKind::InvalidUrl`] for a URL
+    /// that does not parse, [`ErrorKind::Unavailable`] if Redis cannot be
+    /// reached, [`ErrorKind::Authentication`] for refused credentials,
+    /// [`ErrorKind::Tls`] for a failed handshake and
+    /// [`ErrorKind::Protocol`] when the server is not Redis. Only
+    /// `Unavailable` is worth retrying.
+    pub fn connect(url: &str) -> Result<Redwheel, Error> {
+        Redwheel::connect_with(url, RedwheelOptions::default())
+    }
+
+    /// As [`connect`](Redwheel::connect), with options.
+    pub fn connect_with(url: &str, options: RedwheelOptions) -> Result<Redwheel, Error> {
+        options.validate()?;
+        let endpoint = Arc::new(Endpoint::new(url, &options)?);
+        let backend = Backend::Node {
+            commands: Pool::new(
+                Arc::clone(&endpoint),
+                options.command_timeout,
+                options.max_idle_connections,
+            ),
+            blocking: Pool::new(
+                Arc::clone(&endpoint),
+                options.max_block + options.command_timeout,
+                options.max_idle_connections,
+            ),
+        };
+        let transport = NodeTransport::new(Arc::clone(&endpoint), options.command_timeout);
+        let locator = Arc::new(SingleNode(Arc::clone(&endpoint)));
+        Redwheel::start(
+            endpoint.addr().to_owned(),
+            backend,
+            transport,
+            locator,
+            options,
+        )
+    }
+
+    /// Connects to a Redis Cluster through any of `seeds` (URLs of some of
+    /// its nodes, `redis://…` or, with the `tls` feature, `rediss://…`; the
+    /// first one's credentials and TLS settings are used for every node),
+    /// with default options.
+    ///
+    /// Every queue and its keys live in the slot of the queue's `{hash
+    /// tag}`, so queues spread over the masters and every script touches
+    /// one slot. Commands go to the master serving the slot, following
+    /// `MOVED` and `ASK`, waiting out `TRYAGAIN` (a slot being migrated)
+    /// and a failover within `command_timeout`. Needs Redis 7.0 or later
+    /// (sharded pub/sub).
+    pub fn connect_cluster(seeds: &[&str]) -> Result<Redwheel, Error> {
+        Redwheel::connect_cluster_with(seeds, RedwheelOptions::default())
+    }
+
+    /// As [`connect_cluster`](Redwheel::connect_cluster), with options.
+    pub fn connect_cluster_with(
+        seeds: &[&str],
+        options: RedwheelOptions,
+    ) -> Result<Redwheel, Error> {
+        options.validate()?;
+        let cluster = Cluster::connect(seeds, &options)?;
+        let masters: Vec<String> = cluster.masters().iter().map(|n| n.addr.clone()).collect();
+        let addr = format!(
+            "cluster of {} masters ({})",
+            masters.len(),
+            masters.join(", ")
+        );
+        let transport = ClusterTransport::new(Arc::clone(&cluster), options.command_timeout);
+        let locator: Arc<dyn Locator> = Arc::clone(&cluster) as Arc<dyn Locator>;
+        Redwheel::start(addr, Backend::Cluster(cluster), transport, locator, options)
+    }
+
+    fn start(
+        addr: String,
+        backend: Backend,
+        transport: impl Transport,
+        locator: Arc<dyn Locator>,
+        options: RedwheelOptions,
+    ) -> Result<Redwheel, Error> {
+        let clock = SystemClock::new();
+        let server_clock = Arc::new(ServerClock::default());
+        let driver = Driver::start(
+            DriverConfig {
+                reconnect_min: options.reconnect_min,
+                reconnect_max: options.reconnect_max,
+                clock_refresh: Some(options.clock_refresh),
+                ..DriverConfig::default()
+            },
+            transport,
+            clock,
+            Arc::clone(&server_clock),
+            "redwheel-driver",
+        )?;
+        // Fail fast when Redis is unreachable or refuses us, and measure
+        // the server's clock.
+        let sample = backend.measure_clock(&|| driver.now())?;
+        server_clock.set(sample);
+        let (subscriber, subscriber_thread) = Subscriber::start(
+            locator,
+            (options.reconnect_min, options.reconnect_max),
+            options.command_timeout,
+        )?;
+        let rt = Arc::new(Runtime {
+            options,
+            backend,
+            addr,
+            driver,
+            subscriber,
+            server_clock,
+            registry: Mutex::new(HashMap::new()),
+            shut_down: AtomicBool::new(false),
+            subscriber_thread: Mutex::new(Some(subscriber_thread)),
+        });
+        Ok(Redwheel {
+            handle: Arc::new(Handle { rt }),
+        })
+    }
+
+    /// Stops the background threads and waits up to `timeout` for them to
+    /// end. Blocked reads return [`ErrorKind::Shutdown`] within
+    /// [`RedwheelOptions::max_block`]. Everything stored stays in Redis;
+    /// another process (or a later `Redwheel`) carries on. A second call
+    /// returns at once.
+    pub fn shutdown(&self, timeout: Duration) -> Result<(), Error> {
+        self.handle.rt.shutdown(timeout)
+    }
+
+    /// True once [`shutdown`](Redwheel::shutdown) was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.handle.rt.is_shut_down()
+    }
+
+    /// What the driver did so far: rounds (round trips) and commands sent,
+    /// failures, reconnects. For diagnostics and benchmarks.
+    pub fn driver_stats(&self) -> DriverStats {
+        self.handle.rt.driver.stats()
+    }
+
+    /// Test hook: shifts this process's `server − local` clock estimate by
+    /// `ms` (positive: believe the server clock is further ahead), so that
+    /// announced deadlines fire early (or late) on the wheel. Not part of
+    /// the API.
+    #[doc(hidden)]
+    pub fn skew_clock_estimate_for_tests(&self, ms: i64) {
+        self.handle.rt.server_clock.skew(ms);
+    }
+
+    /// Test hook: holds the runtime's wheel thread up for `stall` with a
+    /// deliberately slow wheel task, and returns once that task has begun
+    /// (or after 10 s). Work due meanwhile must not wait for it: the
+    /// driver's backstop runs it. Not part of the API.
+    #[doc(hidden)]
+    pub fn stall_wheel_for_tests(&self, stall: Duration) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let task = move || {
+            let _ = tx.send(());
+            std::thread::sleep(stall);
+        };
+        if self
+            .handle
+            .rt
+            .driver
+            .run_on_wheel_for_tests(Duration::from_millis(1), task)
+            .is_ok()
+        {
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+        }
+    }
+
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.handle.rt
+    }
+}
