@@ -10,9 +10,10 @@
 
 use std::collections::BTreeSet;
 
-use super::reliable::read_stats;
-use super::state::{Keys, validate_name};
-use super::{QueueStats, split_stored};
+use super::keys::{Keys, validate_name};
+use super::stats::QueueStats;
+use super::stats::read_stats;
+use super::stored::split_stored;
 use crate::error::{Access, Error};
 use crate::runtime::Redwheel;
 

@@ -1,0 +1,206 @@
+//! The threads of a consumer pool: claimers, which claim for their free
+//! workers (the finished ones' acks in the same call), and workers, which
+//! run the handler and ack or nack.
+
+use std::any::Any;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::running::{Inner, Running, retry_delay};
+use crate::error::ErrorKind;
+use crate::queue::codec::Codec;
+use crate::queue::delivery::Delivery;
+use crate::queue::handle::Queue;
+use crate::queue::options::ConsumerOptions;
+use crate::runtime::Backoff;
+
+fn panic_text(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned())
+}
+
+/// An ack to send: a message's id and its claim's token.
+pub(super) type Ack = (String, String);
+
+/// Runs the handler on a message for a worker (by number); returns the ack
+/// to send, if any.
+pub(super) type RunHandler<T> = Arc<dyn Fn(usize, &Delivery<T>) -> Option<Ack> + Send + Sync>;
+
+/// One claimer's share of the workers.
+pub(super) enum Lane<T: Codec> {
+    /// A single worker: the claimer runs the handler itself.
+    Inline { worker: usize, run: RunHandler<T> },
+    /// Worker threads fed through a channel, reporting their acks back.
+    Pool {
+        size: usize,
+        work_tx: Sender<Delivery<T>>,
+        results: Receiver<Option<Ack>>,
+    },
+}
+
+/// A claimer thread: claims as many messages as its lane has free workers,
+/// sending the finished ones' acks in the same script call (one round trip
+/// for all of them), and runs or hands out each message. At shutdown it
+/// stops claiming and acks what the running handlers finish.
+pub(super) fn dispatch<T: Codec>(
+    q: &Queue<T>,
+    inner: &Inner,
+    opts: &ConsumerOptions,
+    lane: &Lane<T>,
+) {
+    let rt = q.rt();
+    let mut backoff = Backoff::new(rt.options.reconnect_min, Duration::from_secs(1));
+    let mut acks: Vec<Ack> = Vec::new();
+    let mut outstanding = 0usize;
+    let size = match lane {
+        Lane::Inline { .. } => 1,
+        Lane::Pool { size, .. } => *size,
+    };
+    loop {
+        let stopping = inner.stop.load(Ordering::SeqCst);
+        if stopping && (outstanding == 0 || inner.abandon.load(Ordering::SeqCst)) && acks.is_empty()
+        {
+            return;
+        }
+        if let Lane::Pool { results, .. } = lane {
+            // All workers busy (or stopping with handlers running): wait
+            // for one.
+            if outstanding == size || (stopping && outstanding > 0) {
+                match results.recv_timeout(Duration::from_millis(50)) {
+                    Ok(r) => {
+                        outstanding -= 1;
+                        acks.extend(r);
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        if acks.is_empty() {
+                            continue;
+                        }
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            while let Ok(r) = results.try_recv() {
+                outstanding -= 1;
+                acks.extend(r);
+            }
+        }
+        let free = if stopping { 0 } else { size - outstanding };
+        if free == 0 && acks.is_empty() {
+            continue;
+        }
+        // While handlers run, wait briefly, so their acks are not held back
+        // long; with every worker idle, wait the whole poll interval.
+        let wait = if free == 0 {
+            Duration::ZERO
+        } else if outstanding > 0 {
+            opts.poll.min(Duration::from_millis(50))
+        } else {
+            opts.poll
+        };
+        let claimed = match q.claim_acking(&acks, free, wait) {
+            Ok((claimed, stale)) => {
+                backoff.reset();
+                let acked = acks.len() as u64 - stale.min(acks.len() as u64);
+                inner.handled.fetch_add(acked, Ordering::Relaxed);
+                if stale > 0 {
+                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, stale, "consumer: a message was delivered again before its handler's ack; that result is dropped");
+                }
+                acks.clear();
+                claimed
+            }
+            Err(e) if e.kind() == ErrorKind::Shutdown => return,
+            Err(e) => {
+                // The acks (idempotent) go again with the next call.
+                tracing::warn!(target: "redwheel::queue", queue = %q.state.name, error = %e, "consumer: claim failed; retrying");
+                thread::sleep(backoff.step().min(opts.poll));
+                continue;
+            }
+        };
+        for d in claimed {
+            let d = match d {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = e.message_id().unwrap_or_default(), error = %e, "consumer: a message could not be decoded; it is a dead letter now");
+                    continue;
+                }
+            };
+            match lane {
+                Lane::Inline { worker, run } => acks.extend(run(*worker, &d)),
+                Lane::Pool { work_tx, .. } => {
+                    outstanding += 1;
+                    if work_tx.send(d).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs the handler on `d`; on success returns the ack to send, on failure
+/// nacks it with backoff.
+pub(super) fn handle<T: Codec, E: fmt::Display>(
+    q: &Queue<T>,
+    inner: &Inner,
+    worker: usize,
+    opts: &ConsumerOptions,
+    handler: &(dyn Fn(&Delivery<T>) -> Result<(), E> + Send + Sync),
+    d: &Delivery<T>,
+) -> Option<(String, String)> {
+    let released = Arc::new(AtomicBool::new(false));
+    inner.running.lock().insert(
+        worker,
+        Running {
+            id: d.id().as_str().to_owned(),
+            token: d.token().to_owned(),
+            started: Instant::now(),
+            attempt: d.attempt(),
+            released: Arc::clone(&released),
+        },
+    );
+    let result = catch_unwind(AssertUnwindSafe(|| handler(d)));
+    inner.running.lock().remove(&worker);
+    if released.load(Ordering::SeqCst) {
+        // Timed out (given back by the extension job) or released at
+        // shutdown: the result comes too late to count.
+        tracing::debug!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), "consumer: a handler finished after its message was given back; its result is ignored");
+        return None;
+    }
+    let why = match result {
+        Ok(Ok(())) => return Some((d.id().as_str().to_owned(), d.token().to_owned())),
+        Ok(Err(e)) => {
+            let why = e.to_string();
+            tracing::debug!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), attempt = d.attempt(), error = %why, "consumer: handler failed; retrying later");
+            why
+        }
+        Err(panic) => {
+            let why = format!("the handler panicked: {}", panic_text(&*panic));
+            tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), attempt = d.attempt(), "consumer: {why}");
+            why
+        }
+    };
+    inner.failed.fetch_add(1, Ordering::Relaxed);
+    match d.nack_because(
+        retry_delay(opts.retry_min, opts.retry_max, d.attempt()),
+        &why,
+    ) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::StaleDelivery => {
+            tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), "consumer: the message was delivered again before its handler finished; this result is dropped");
+        }
+        Err(e) => {
+            // Not given back: it comes back when its visibility ends.
+            tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %d.id(), error = %e, "consumer: could not nack; the message comes back when its visibility ends");
+        }
+    }
+    None
+}

@@ -1,0 +1,236 @@
+//! Offers: one message or a batch, due after a delay or at a time, under
+//! a fresh id or an id of the caller's (written at most once), with the
+//! optional wait for replicas.
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime};
+
+use super::codec::Codec;
+use super::handle::{Queue, check_id, epoch_ms};
+use super::ids::new_message_id;
+use super::message::MessageId;
+use crate::error::{Access, Error, ErrorKind};
+use crate::runtime::Conn;
+use crate::scripts::{self, BATCH_OFFER_MAX};
+use crate::telemetry;
+
+impl<T: Codec> Queue<T> {
+    /// Offers `payload`, due `delay` from now by the Redis server's clock.
+    /// Returns its id.
+    ///
+    /// Fails with [`ErrorKind::PayloadTooLarge`], [`ErrorKind::Encode`],
+    /// [`ErrorKind::DelayOverflow`] (nothing is written),
+    /// [`ErrorKind::Unavailable`] when Redis cannot be reached (nothing is
+    /// written), or [`ErrorKind::OutcomeUnknown`] when Redis stopped
+    /// answering after the offer was sent (it may have been written; retry
+    /// with [`offer_with_id`](Queue::offer_with_id) to be sure it is written
+    /// once). The call takes at most
+    /// [`command_timeout`](crate::RedwheelOptions::command_timeout).
+    pub fn offer(&self, payload: &T, delay: Duration) -> Result<MessageId, Error> {
+        let bytes = self.encode(payload)?;
+        let ms = self.delay_ms(delay)?;
+        let id = new_message_id();
+        // A retry inside `offer_raw` that finds the id written means the
+        // first attempt succeeded: the offer stands either way.
+        self.offer_raw("r", ms, &id, &bytes)?;
+        Ok(MessageId(id))
+    }
+
+    /// Offers `payload`, due at `at` (wall-clock time, compared with the
+    /// Redis server's clock). A time in the past is clamped to now: the
+    /// message is due at once.
+    pub fn offer_at(&self, payload: &T, at: SystemTime) -> Result<MessageId, Error> {
+        let bytes = self.encode(payload)?;
+        let id = new_message_id();
+        self.offer_raw("a", epoch_ms(at)?, &id, &bytes)?;
+        Ok(MessageId(id))
+    }
+
+    /// Offers `payload` under an id of the caller's choosing, due `delay`
+    /// from now: the idempotent offer, for producers that retry.
+    ///
+    /// Returns `true` if the message was added, `false` if a message with
+    /// this id is already known to the queue (waiting, due, or a dead
+    /// letter): then nothing changes, its payload and due time stay as they
+    /// were. So after [`ErrorKind::OutcomeUnknown`], offering the same id
+    /// again is safe: the message ends up in the queue exactly once. Once
+    /// the message has been taken, the id is free again.
+    ///
+    /// Fails with [`ErrorKind::InvalidId`] for an empty id or one over 128
+    /// bytes, and as [`offer`](Queue::offer) otherwise.
+    pub fn offer_with_id(
+        &self,
+        id: &MessageId,
+        payload: &T,
+        delay: Duration,
+    ) -> Result<bool, Error> {
+        check_id(id).map_err(|e| self.tag(e))?;
+        let bytes = self.encode(payload)?;
+        let ms = self.delay_ms(delay)?;
+        self.offer_raw("r", ms, id.as_str(), &bytes)
+    }
+
+    /// Adds one message; true if added, false if the id was known.
+    fn offer_raw(&self, mode: &str, value: u64, id: &str, bytes: &[u8]) -> Result<bool, Error> {
+        let keys = &self.state.keys;
+        let _span = telemetry::queue_op("offer", &self.state.name, 1);
+        let (due, replicas): (i64, Option<i64>) = self
+            .rt()
+            .run(&keys.delayed, Access::Write, |con| {
+                let due = scripts::OFFER
+                    .key(&keys.delayed)
+                    .key(&keys.msg)
+                    .key(&keys.wake)
+                    .arg(mode)
+                    .arg(value)
+                    .arg(id)
+                    .arg(bytes)
+                    .invoke::<i64>(con)?;
+                Ok((due, self.wait(con)?))
+            })
+            .map_err(|e| self.tag(e).for_message(id))?;
+        if due >= 0 {
+            self.state.metrics.offered.add(1);
+        }
+        self.check_replicas(replicas, Some(id))?;
+        Ok(due >= 0)
+    }
+
+    /// Offers many messages, each with its own delay; returns their ids in
+    /// the same order.
+    ///
+    /// Every payload and delay is checked before anything is sent. The
+    /// messages are written in atomic chunks of up to 1,000 (one script call
+    /// each); if Redis fails midway, the chunks already written stay. For a
+    /// batch that can be retried safely, use
+    /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids).
+    pub fn offer_batch(&self, messages: &[(T, Duration)]) -> Result<Vec<MessageId>, Error> {
+        let mut encoded = Vec::with_capacity(messages.len());
+        let limit = self.delay_limit();
+        for (payload, delay) in messages {
+            let bytes = self.encode(payload)?;
+            let ms = self.delay_ms_within(*delay, limit)?;
+            encoded.push((new_message_id(), ms, bytes));
+        }
+        self.offer_batch_raw("r", false, &encoded)?;
+        Ok(encoded
+            .into_iter()
+            .map(|(id, _, _)| MessageId(id))
+            .collect())
+    }
+
+    /// As [`offer_batch`](Queue::offer_batch), each message due at a
+    /// wall-clock time (as [`offer_at`](Queue::offer_at): past times are
+    /// clamped to now).
+    pub fn offer_batch_at(&self, messages: &[(T, SystemTime)]) -> Result<Vec<MessageId>, Error> {
+        let mut encoded = Vec::with_capacity(messages.len());
+        for (payload, at) in messages {
+            let bytes = self.encode(payload)?;
+            encoded.push((new_message_id(), epoch_ms(*at)?, bytes));
+        }
+        self.offer_batch_raw("a", false, &encoded)?;
+        Ok(encoded
+            .into_iter()
+            .map(|(id, _, _)| MessageId(id))
+            .collect())
+    }
+
+    /// The idempotent batch offer: each message under an id of the
+    /// caller's choosing, with its own delay. Returns, in order, whether
+    /// each was added (`false`: its id was already known to the queue, and
+    /// nothing changed for it), so a whole batch can be retried after an
+    /// error without duplicates. Checked and written as
+    /// [`offer_batch`](Queue::offer_batch).
+    pub fn offer_batch_with_ids(
+        &self,
+        messages: &[(MessageId, T, Duration)],
+    ) -> Result<Vec<bool>, Error> {
+        let mut encoded = Vec::with_capacity(messages.len());
+        let limit = self.delay_limit();
+        for (id, payload, delay) in messages {
+            check_id(id).map_err(|e| self.tag(e))?;
+            let bytes = self.encode(payload)?;
+            let ms = self.delay_ms_within(*delay, limit)?;
+            encoded.push((id.0.clone(), ms, bytes));
+        }
+        self.offer_batch_raw("r", true, &encoded)
+    }
+
+    /// Writes `encoded` in chunks. With `check_ids`, an id already known is
+    /// kept as it is and the reply says, per message, whether it was added;
+    /// without, the ids are fresh ones of ours and every message is added.
+    fn offer_batch_raw(
+        &self,
+        mode: &str,
+        check_ids: bool,
+        encoded: &[(String, u64, Cow<'_, [u8]>)],
+    ) -> Result<Vec<bool>, Error> {
+        let keys = &self.state.keys;
+        let mut added = Vec::with_capacity(encoded.len());
+        for chunk in encoded.chunks(BATCH_OFFER_MAX) {
+            let mut inv = scripts::OFFER_BATCH.prepare_invoke();
+            inv.key(&keys.delayed)
+                .key(&keys.msg)
+                .key(&keys.wake)
+                .arg(mode)
+                .arg(if check_ids { "k" } else { "n" });
+            for (id, ms, bytes) in chunk {
+                inv.arg(*ms).arg(id).arg(bytes.as_ref());
+            }
+            let rt = self.rt();
+            let _span = telemetry::queue_op("offer_batch", &self.state.name, chunk.len());
+            if check_ids {
+                let (flags, replicas): (Vec<i64>, _) = rt
+                    .run(&keys.delayed, Access::Write, |con| {
+                        Ok((inv.invoke(con)?, self.wait(con)?))
+                    })
+                    .map_err(|e| self.tag(e))?;
+                let new = flags.iter().filter(|&&f| f == 1).count();
+                self.state.metrics.offered.add(new as u64);
+                self.check_replicas(replicas, None)?;
+                added.extend(flags.into_iter().map(|f| f == 1));
+            } else {
+                let (_, replicas): (i64, _) = rt
+                    .run(&keys.delayed, Access::Write, |con| {
+                        Ok((inv.invoke(con)?, self.wait(con)?))
+                    })
+                    .map_err(|e| self.tag(e))?;
+                self.state.metrics.offered.add(chunk.len() as u64);
+                self.check_replicas(replicas, None)?;
+                added.resize(added.len() + chunk.len(), true);
+            }
+        }
+        Ok(added)
+    }
+
+    /// With `wait_replicas`, `WAIT`s on `con` (after a write on it) and
+    /// returns how many replicas acknowledged.
+    fn wait(&self, con: &mut Conn) -> redis::RedisResult<Option<i64>> {
+        let Some((n, timeout)) = self.wait_replicas else {
+            return Ok(None);
+        };
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        redis::cmd("WAIT").arg(n).arg(ms).query(con).map(Some)
+    }
+
+    fn check_replicas(&self, acked: Option<i64>, id: Option<&str>) -> Result<(), Error> {
+        let (Some(acked), Some((n, timeout))) = (acked, self.wait_replicas) else {
+            return Ok(());
+        };
+        if acked >= i64::from(n) {
+            return Ok(());
+        }
+        let e = Error::new(
+            ErrorKind::NotReplicated,
+            format!(
+                "written on the master, but only {acked} of the {n} replicas asked for confirmed it within {timeout:?}"
+            ),
+        );
+        Err(match id {
+            Some(id) => self.tag(e).for_message(id),
+            None => self.tag(e),
+        })
+    }
+}

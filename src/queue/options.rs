@@ -1,0 +1,269 @@
+//! The settings of a queue handle ([`QueueOptions`]) and of a consumer
+//! pool ([`ConsumerOptions`]), each checked before it is used.
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind};
+use crate::scripts::TRANSFER_BATCH_MAX;
+
+/// Longest guard interval accepted.
+const MAX_GUARD_INTERVAL: Duration = Duration::from_secs(86_400);
+
+/// Largest `max_payload_bytes`: Redis's own limit on one string (512 MiB).
+const MAX_PAYLOAD_LIMIT: usize = 512 << 20;
+
+/// Options of one queue, for [`Redwheel::queue_with`].
+#[derive(Debug, Clone)]
+pub struct QueueOptions {
+    pub(crate) transfer_batch: usize,
+    pub(crate) guard_interval: Duration,
+    pub(crate) max_payload_bytes: usize,
+    pub(crate) wait_replicas: Option<(u32, Duration)>,
+    pub(crate) visibility: Duration,
+    pub(crate) max_deliveries: u32,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            transfer_batch: 1_000,
+            guard_interval: Duration::from_secs(1),
+            max_payload_bytes: 1 << 20,
+            wait_replicas: None,
+            visibility: Duration::from_secs(30),
+            max_deliveries: 10,
+        }
+    }
+}
+
+impl QueueOptions {
+    /// Most ids one transfer script call moves (1 ..= 4,000; default
+    /// 1,000). A full batch is followed by another call in the next round.
+    pub fn transfer_batch(mut self, n: usize) -> Self {
+        self.transfer_batch = n;
+        self
+    }
+
+    /// Period of the guard sweep: a transfer run even when no wake-up came,
+    /// so a lost pub/sub message or a dead process never strands a message
+    /// for longer than this. 10 ms ..= 1 day; default 1 s. Queues with the
+    /// same interval are swept together, in one round trip.
+    pub fn guard_interval(mut self, d: Duration) -> Self {
+        self.guard_interval = d;
+        self
+    }
+
+    /// Largest encoded payload accepted by `offer` (1 byte ..= 512 MiB;
+    /// default 1 MiB). A larger one fails with
+    /// [`ErrorKind::PayloadTooLarge`].
+    pub fn max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = n;
+        self
+    }
+
+    /// Durability for replicated deployments: every offer (and each chunk
+    /// of a batch offer) returns only once Redis confirms (`WAIT replicas
+    /// timeout`) that at least `replicas` replicas received it, and fails
+    /// with [`ErrorKind::NotReplicated`] otherwise (the message is then on
+    /// the master, but a failover may lose it; retry with
+    /// [`Queue::offer_with_id`]). Without it, an offer acknowledged just
+    /// before its master dies can be lost: Redis replicates
+    /// asynchronously. `timeout` is 1 ms ..= 60 s and must leave room within
+    /// [`command_timeout`](crate::RedwheelOptions::command_timeout).
+    /// Default: no waiting.
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// How long a claimed message stays hidden from other consumers
+    /// ([`Queue::claim`]): not acked within this, it is delivered again.
+    /// 1 ms ..= 1 day; default 30 s. Each handle uses its own.
+    pub fn visibility(mut self, d: Duration) -> Self {
+        self.visibility = d;
+        self
+    }
+
+    /// How many times a claimed message is delivered before it goes to the
+    /// dead letters instead (a visibility that expires and a `nack` both
+    /// count). 1 ..= 1,000,000; default 10. The first open of a queue in a
+    /// `Redwheel` sets it for that process's redeliveries.
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = n;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        let bad = |name: &str, reason: String| {
+            Err(Error::new(
+                ErrorKind::InvalidOption,
+                format!("invalid option `{name}`: {reason}"),
+            ))
+        };
+        if self.transfer_batch == 0 || self.transfer_batch > TRANSFER_BATCH_MAX {
+            return bad(
+                "transfer_batch",
+                format!("{} is not in 1..={TRANSFER_BATCH_MAX}", self.transfer_batch),
+            );
+        }
+        if self.guard_interval < Duration::from_millis(10)
+            || self.guard_interval > MAX_GUARD_INTERVAL
+        {
+            return bad(
+                "guard_interval",
+                format!("{:?} is not within 10 ms ..= 1 day", self.guard_interval),
+            );
+        }
+        if let Some((n, timeout)) = self.wait_replicas
+            && (n == 0 || timeout < Duration::from_millis(1) || timeout > Duration::from_secs(60))
+        {
+            return bad(
+                "wait_replicas",
+                format!(
+                    "{n} replicas within {timeout:?}: needs at least 1 replica and 1 ms ..= 60 s"
+                ),
+            );
+        }
+        if self.visibility < Duration::from_millis(1) || self.visibility > MAX_GUARD_INTERVAL {
+            return bad(
+                "visibility",
+                format!("{:?} is not within 1 ms ..= 1 day", self.visibility),
+            );
+        }
+        if self.max_deliveries == 0 || self.max_deliveries > 1_000_000 {
+            return bad(
+                "max_deliveries",
+                format!("{} is not in 1..=1000000", self.max_deliveries),
+            );
+        }
+        if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_LIMIT {
+            return bad(
+                "max_payload_bytes",
+                format!(
+                    "{} is not in 1..={MAX_PAYLOAD_LIMIT}",
+                    self.max_payload_bytes
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Settings of a [`Consumer`] pool.
+#[derive(Debug, Clone)]
+pub struct ConsumerOptions {
+    pub(super) concurrency: usize,
+    pub(super) claimers: Option<usize>,
+    pub(super) handler_timeout: Option<Duration>,
+    pub(super) retry_min: Duration,
+    pub(super) retry_max: Duration,
+    pub(super) poll: Duration,
+    pub(super) shutdown_grace: Duration,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        ConsumerOptions {
+            concurrency: 1,
+            claimers: None,
+            handler_timeout: None,
+            retry_min: Duration::from_secs(1),
+            retry_max: Duration::from_secs(300),
+            poll: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ConsumerOptions {
+    /// Worker threads, each handling one message at a time (1 ..= 1,024;
+    /// default 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Threads that claim messages for the workers (1 ..= `concurrency`;
+    /// default `min(concurrency, 4)`). The workers are split among them;
+    /// each claims for its own free workers only, in one script call that
+    /// also carries their acks. A claimer with a single worker runs the
+    /// handler itself. More claimers keep more claims in flight (faster
+    /// with short handlers); fewer use fewer connections.
+    pub fn claimers(mut self, n: usize) -> Self {
+        self.claimers = Some(n);
+        self
+    }
+
+    /// A handler running longer than this is treated as failed: its
+    /// message is given back for a retry while the handler still runs, and
+    /// the handler's eventual result is ignored. Default: no limit (the
+    /// visibility is extended for as long as the handler runs).
+    pub fn handler_timeout(mut self, d: Duration) -> Self {
+        self.handler_timeout = Some(d);
+        self
+    }
+
+    /// Delay before a failed message is delivered again: `min` after the
+    /// first attempt, doubling with each attempt up to `max`. Default 1 s to
+    /// 5 min.
+    pub fn retry_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min = min;
+        self.retry_max = max;
+        self
+    }
+
+    /// How long an idle worker waits for a message before it looks at the
+    /// shutdown flag again (1 ms ..= 60 s; default 1 s). Messages arriving
+    /// meanwhile wake it at once.
+    pub fn poll(mut self, d: Duration) -> Self {
+        self.poll = d;
+        self
+    }
+
+    /// How long dropping the [`Consumer`] waits for running handlers.
+    /// Default 10 s.
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.shutdown_grace = d;
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<(), Error> {
+        let bad = |name: &str, reason: String| {
+            Err(Error::new(
+                ErrorKind::InvalidOption,
+                format!("invalid option `{name}`: {reason}"),
+            ))
+        };
+        if self.concurrency == 0 || self.concurrency > 1_024 {
+            return bad(
+                "concurrency",
+                format!("{} is not in 1..=1024", self.concurrency),
+            );
+        }
+        if let Some(n) = self.claimers
+            && (n == 0 || n > self.concurrency)
+        {
+            return bad(
+                "claimers",
+                format!("{n} is not in 1..={} (the concurrency)", self.concurrency),
+            );
+        }
+        if self.poll < Duration::from_millis(1) || self.poll > Duration::from_secs(60) {
+            return bad(
+                "poll",
+                format!("{:?} is not within 1 ms ..= 60 s", self.poll),
+            );
+        }
+        if self.handler_timeout.is_some_and(|d| d.is_zero()) {
+            return bad("handler_timeout", "must be greater than zero".to_owned());
+        }
+        if self.retry_max < self.retry_min {
+            return bad("retry_backoff", "needs min <= max".to_owned());
+        }
+        Ok(())
+    }
+
+    pub(super) fn claimer_count(&self) -> usize {
+        self.claimers.unwrap_or(self.concurrency.min(4))
+    }
+}

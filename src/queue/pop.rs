@@ -1,0 +1,220 @@
+//! The blocking pop shared by `take` and `claim`: run the pop script, and
+//! if it found nothing, block on the ready list (server-side, at most
+//! `max_block` a round) and run it again; wait out Redis being unreachable
+//! and a moving cluster slot.
+
+use std::time::{Duration, Instant};
+
+use super::codec::Codec;
+use super::handle::Queue;
+use crate::error::{Access, Error};
+use crate::runtime::{Backoff, Conn, shut_down};
+use crate::telemetry;
+
+impl<T: Codec> Queue<T> {
+    /// Runs `script` (which pops from the ready list and replies with `Nil`,
+    /// or an array of at most `header` elements, when it found nothing)
+    /// until it finds something or `deadline` passes, waiting on the ready
+    /// list in between (blocking server-side, at most `max_block` a round).
+    /// Waits out Redis being unreachable and a moving cluster slot.
+    pub(crate) fn wait_pop(
+        &self,
+        deadline: Option<Instant>,
+        op: (&'static str, usize),
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        header: usize,
+    ) -> Result<Option<redis::Value>, Error> {
+        let rt = self.rt();
+        let max_block = rt.options.max_block;
+        let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+        let pop = Pop {
+            op,
+            script,
+            keys,
+            args,
+            header,
+        };
+        loop {
+            if rt.is_shut_down() {
+                return Err(self.tag(shut_down()));
+            }
+            let mut con = match rt.blocking(&self.state.keys.ready) {
+                Ok(c) => c,
+                Err(e) if e.is_transient() => {
+                    rt.topology_may_have_changed();
+                    if !wait_backoff(deadline, &mut backoff) {
+                        return Err(self.tag(e));
+                    }
+                    continue;
+                }
+                Err(e) => return Err(self.tag(e)),
+            };
+            match self.pop_round(&mut con.con, deadline, max_block, &pop) {
+                Ok(Some(value)) => {
+                    rt.put_blocking(con);
+                    return Ok(Some(value));
+                }
+                Ok(None) => {
+                    rt.put_blocking(con);
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(None);
+                    }
+                    backoff.reset();
+                }
+                Err(e) if slot_is_moving(&e) => {
+                    // A cluster slot being migrated or failed over: the
+                    // queue is reachable again once the move completes.
+                    drop(con);
+                    rt.topology_may_have_changed();
+                    if !wait_backoff(deadline, &mut backoff) {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => {
+                    drop(con);
+                    let e = self.tag(Error::from_redis(e, Access::Write));
+                    if !e.is_transient() {
+                        return Err(e);
+                    }
+                    rt.topology_may_have_changed();
+                    // A connection lost while blocked: keep waiting. (Had a
+                    // take script run in that instant, its message went with
+                    // the reply: at-most-once; a claim comes back when its
+                    // visibility ends.)
+                    tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "redis unavailable while waiting; retrying");
+                    if !wait_backoff(deadline, &mut backoff) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One round: run the pop script; if it found nothing, block until the
+    /// ready list is non-empty (or the round's timeout), then run it once
+    /// more.
+    fn pop_round(
+        &self,
+        con: &mut Conn,
+        deadline: Option<Instant>,
+        max_block: Duration,
+        pop: &Pop<'_>,
+    ) -> redis::RedisResult<Option<redis::Value>> {
+        let Pop {
+            op,
+            script,
+            keys,
+            args,
+            header,
+        } = *pop;
+        let _span = telemetry::queue_op(op.0, &self.state.name, op.1);
+        let invoke = |con: &mut Conn| -> redis::RedisResult<redis::Value> {
+            let mut inv = script.prepare_invoke();
+            for k in keys {
+                inv.key(*k);
+            }
+            for a in args {
+                inv.arg(*a);
+            }
+            inv.invoke(con)
+        };
+        let found = |v: redis::Value| -> Option<redis::Value> {
+            match &v {
+                redis::Value::Nil => None,
+                redis::Value::Array(items) if items.len() <= header => None,
+                _ => Some(v),
+            }
+        };
+        if let Some(v) = found(invoke(con)?) {
+            return Ok(Some(v));
+        }
+        let block = match deadline {
+            None => max_block,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left < Duration::from_millis(1) {
+                    return Ok(None);
+                }
+                left.min(max_block)
+            }
+        };
+        // A blocking peek (BLMOVE from the list to itself: it waits until the
+        // list is non-empty without consuming anything), pipelined with the
+        // script: Redis runs the script as soon as the peek returns, with no
+        // round trip back to us in between. If the peek timed out the script
+        // usually finds nothing; if it finds a message, that is just as good.
+        let ready = &self.state.keys.ready;
+        let mut p = redis::pipe();
+        p.cmd("BLMOVE")
+            .arg(ready)
+            .arg(ready)
+            .arg("LEFT")
+            .arg("LEFT")
+            .arg(format!("{:.3}", block.as_secs_f64()))
+            .ignore();
+        let evalsha = p
+            .cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys);
+        for a in args {
+            evalsha.arg(*a);
+        }
+        let reply = match p.query::<(redis::Value,)>(con) {
+            Err(e) if is_noscript(&e) => {
+                // Pipelined EVALSHA is not reloaded by `redis::Script`:
+                // load it and run the round again.
+                script.load(con)?;
+                p.query::<(redis::Value,)>(con)?
+            }
+            other => other?,
+        };
+        Ok(found(reply.0))
+    }
+}
+
+/// Sleeps for the backoff's next wait (not past `deadline`); false if the
+/// deadline has passed.
+fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff) -> bool {
+    let mut wait = backoff.step();
+    if let Some(d) = deadline {
+        let left = d.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        wait = wait.min(left);
+    }
+    std::thread::sleep(wait);
+    true
+}
+
+/// A redirect or a refusal while a cluster slot moves (`MOVED`, `ASK`,
+/// `TRYAGAIN`, `CLUSTERDOWN`), also inside a pipeline's error.
+fn slot_is_moving(e: &redis::RedisError) -> bool {
+    use redis::ServerErrorKind as S;
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(S::Moved | S::Ask | S::TryAgain | S::ClusterDown)
+    )
+}
+
+/// A script the server does not know (flushed, or a restarted server).
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOSCRIPT") || e.to_string().contains("NOSCRIPT")
+}
+
+/// A pop script with its keys and arguments, for [`Queue::wait_pop`]: the
+/// script replies `Nil`, or an array of at most `header` elements, when it
+/// found nothing.
+#[derive(Clone, Copy)]
+struct Pop<'a> {
+    /// What it is and the most messages it pops, for the round trip's
+    /// span (`take`, `claim`).
+    op: (&'static str, usize),
+    script: &'a redis::Script,
+    keys: &'a [&'a str],
+    args: &'a [&'a [u8]],
+    header: usize,
+}

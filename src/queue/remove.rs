@@ -1,0 +1,67 @@
+//! Removing messages: one by id (`remove.lua`, O(log n)), or every
+//! message of the queue (`clear.lua`).
+
+use super::codec::Codec;
+use super::handle::{Queue, check_id};
+use super::message::MessageId;
+use crate::error::{Access, Error};
+use crate::scripts;
+use crate::telemetry;
+
+impl<T: Codec> Queue<T> {
+    /// Cancels a message by id. True if it was known to the queue
+    /// (delayed, due but not yet taken, claimed and not yet acked, or a
+    /// dead letter) and is now gone for good; false if it is unknown, was
+    /// already taken or acked, or already removed. O(log n): a due id
+    /// already on the ready list is not searched for; its entry there is
+    /// marked stale, and `take` and `claim` skip it (so the id may be
+    /// offered again at once without an early or second delivery). A claim
+    /// in flight loses its lease: its ack finds the message gone.
+    pub fn remove(&self, id: &MessageId) -> Result<bool, Error> {
+        check_id(id).map_err(|e| self.tag(e))?;
+        let keys = &self.state.keys;
+        let _span = telemetry::queue_op("remove", &self.state.name, 1);
+        let n: i64 = self
+            .rt()
+            .run(&keys.delayed, Access::Write, |con| {
+                scripts::REMOVE
+                    .key(&keys.delayed)
+                    .key(&keys.msg)
+                    .key(&keys.dead)
+                    .key(&keys.inflight)
+                    .key(&keys.lease)
+                    .key(&keys.attempts)
+                    .key(&keys.reason)
+                    .key(&keys.stale)
+                    .arg(id.as_str())
+                    .invoke(con)
+            })
+            .map_err(|e| self.tag(e).for_message(id.as_str()))?;
+        Ok(n == 1)
+    }
+
+    /// Deletes every message of the queue (delayed, ready, in flight and
+    /// dead letters, with their leases, attempt counts and reasons);
+    /// returns how many there were.
+    pub fn clear(&self) -> Result<u64, Error> {
+        let keys = &self.state.keys;
+        let _span = telemetry::queue_op("clear", &self.state.name, 0);
+        let n: i64 = self
+            .rt()
+            .run(&keys.delayed, Access::Write, |con| {
+                scripts::CLEAR
+                    .key(&keys.delayed)
+                    .key(&keys.msg)
+                    .key(&keys.ready)
+                    .key(&keys.dead)
+                    .key(&keys.inflight)
+                    .key(&keys.lease)
+                    .key(&keys.attempts)
+                    .key(&keys.reason)
+                    .key(&keys.stale)
+                    .invoke(con)
+            })
+            .map_err(|e| self.tag(e))?;
+        Ok(n.max(0) as u64)
+    }
+}

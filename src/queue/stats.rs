@@ -1,0 +1,114 @@
+//! A queue's counts: [`Queue::len`] and friends, and [`QueueStats`] (every
+//! state in one atomic read), shared with the operators' inspector.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::codec::Codec;
+use super::handle::Queue;
+use super::keys::Keys;
+use crate::error::{Access, Error};
+use crate::runtime::Runtime;
+use crate::scripts;
+use crate::telemetry;
+
+/// How many messages a queue holds in each state, and how it is keeping up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueStats {
+    /// Not yet due.
+    pub delayed: u64,
+    /// Due, waiting for a consumer (may count ids removed after they fell
+    /// due, until a consumer skips them).
+    pub ready: u64,
+    /// Claimed and not yet acked.
+    pub in_flight: u64,
+    /// Dead letters.
+    pub dead: u64,
+    /// How long the oldest message that is due but not yet handed to a
+    /// consumer has been due; `None` if none is.
+    pub oldest_overdue: Option<Duration>,
+    /// When the next delayed message falls due (Redis clock), if any.
+    pub next_due: Option<SystemTime>,
+}
+
+impl<T: Codec> Queue<T> {
+    /// Messages the queue still owes: delayed, due and not yet taken, or
+    /// claimed and not yet acked (a claim may still come back). Dead
+    /// letters are not counted; [`stats`](Queue::stats) gives each state.
+    pub fn len(&self) -> Result<u64, Error> {
+        let keys = &self.state.keys;
+        let _span = telemetry::queue_op("len", &self.state.name, 0);
+        let n: i64 = self
+            .rt()
+            .run(&keys.msg, Access::Read, |con| {
+                scripts::LEN.key(&keys.msg).key(&keys.dead).invoke(con)
+            })
+            .map_err(|e| self.tag(e))?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// True when [`len`](Queue::len) is 0: nothing delayed, ready or in
+    /// flight.
+    pub fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Messages not yet due (in the `delayed` sorted set).
+    pub fn delayed_len(&self) -> Result<u64, Error> {
+        let key = &self.state.keys.delayed;
+        let _span = telemetry::queue_op("zcard", &self.state.name, 0);
+        self.rt()
+            .run(key, Access::Read, |con| {
+                redis::cmd("ZCARD").arg(key).query(con)
+            })
+            .map_err(|e| self.tag(e))
+    }
+
+    /// How many messages are in each state, in one atomic read, and how
+    /// delivery is keeping up.
+    pub fn stats(&self) -> Result<QueueStats, Error> {
+        let span = telemetry::queue_op("stats", &self.state.name, 0);
+        let (stats, _now) = read_stats(self.rt(), &self.state.keys).map_err(|e| self.tag(e))?;
+        drop(span);
+        self.state.metrics.backlog(
+            stats.delayed,
+            stats.ready,
+            stats.in_flight,
+            stats.dead,
+            stats.oldest_overdue,
+        );
+        Ok(stats)
+    }
+}
+
+/// Runs `stats.lua` on a queue's keys: its counts, and the server's time
+/// (epoch ms) at the instant they were read. Shared by [`Queue::stats`]
+/// and the operators' inspector, which reads without opening the queue.
+pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64), Error> {
+    let (delayed, ready, in_flight, dead, overdue, next_due, now): (
+        u64,
+        u64,
+        u64,
+        u64,
+        i64,
+        i64,
+        u64,
+    ) = rt.run(&keys.delayed, Access::Read, |con| {
+        scripts::STATS
+            .key(&keys.delayed)
+            .key(&keys.ready)
+            .key(&keys.inflight)
+            .key(&keys.dead)
+            .key(&keys.msg)
+            .invoke(con)
+    })?;
+    let stats = QueueStats {
+        delayed,
+        ready,
+        in_flight,
+        dead,
+        oldest_overdue: (overdue >= 0).then(|| Duration::from_millis(overdue as u64)),
+        next_due: (next_due >= 0).then(|| UNIX_EPOCH + Duration::from_millis(next_due as u64)),
+    };
+    Ok((stats, now))
+}

@@ -1,0 +1,77 @@
+//! At-most-once consumption: [`Queue::take`] and [`Queue::poll`] pop a due
+//! message and delete it in the same script.
+
+use std::time::{Duration, Instant};
+
+use super::codec::Codec;
+use super::handle::Queue;
+use super::message::{Message, MessageId};
+use super::stored::parse_stored;
+use crate::error::{Error, ErrorKind};
+use crate::scripts;
+
+impl<T: Codec> Queue<T> {
+    /// Waits for the next due message and takes it (at-most-once from
+    /// here: it is gone from Redis when this returns). For at-least-once
+    /// delivery, use [`claim`](Queue::claim) and ack.
+    ///
+    /// Blocks on the ready list (`BLMOVE`), so it wakes as soon as a message
+    /// lands there. While Redis is unreachable it keeps waiting, retrying on
+    /// the reconnect backoff. Returns [`ErrorKind::Shutdown`] once the
+    /// `Redwheel` is shut down, and [`ErrorKind::Decode`] for a payload that
+    /// cannot be decoded (that message is parked as a dead letter, not
+    /// lost). A connection lost while waiting is re-opened and the wait
+    /// goes on; a message whose take script ran just as the connection
+    /// broke is lost with the reply (at-most-once).
+    pub fn take(&self) -> Result<Message<T>, Error> {
+        match self.take_until(None)? {
+            Some(m) => Ok(m),
+            None => Err(self.tag(Error::new(ErrorKind::Protocol, "take returned no message"))),
+        }
+    }
+
+    /// As [`take`](Queue::take), but gives up after `timeout`: `Ok(None)`
+    /// when no message came. If Redis stayed unreachable until the timeout,
+    /// the last connection error is returned instead.
+    pub fn poll(&self, timeout: Duration) -> Result<Option<Message<T>>, Error> {
+        self.take_until(Instant::now().checked_add(timeout))
+    }
+
+    fn take_until(&self, deadline: Option<Instant>) -> Result<Option<Message<T>>, Error> {
+        let keys = &self.state.keys;
+        let popped = self.wait_pop(
+            deadline,
+            ("take", 1),
+            &scripts::TAKE,
+            &[
+                &keys.ready,
+                &keys.msg,
+                &keys.attempts,
+                &keys.counts,
+                &keys.stale,
+            ],
+            &[],
+            0,
+        )?;
+        let Some(value) = popped else {
+            return Ok(None);
+        };
+        let (id, stored): (String, Vec<u8>) = redis::from_redis_value(value).map_err(|e| {
+            self.tag(Error::new(ErrorKind::Protocol, "unexpected reply to take.lua").with_cause(e))
+        })?;
+        match parse_stored::<T>(&stored) {
+            Ok((due_ms, payload)) => {
+                let rt = self.rt();
+                self.state
+                    .metrics
+                    .delivered([(1, due_ms)], || rt.server_now_ms());
+                Ok(Some(Message {
+                    id: MessageId(id),
+                    payload,
+                    due_ms,
+                }))
+            }
+            Err(cause) => Err(self.dead_on_arrival(&id, &stored, cause)),
+        }
+    }
+}

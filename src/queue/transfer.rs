@@ -1,0 +1,180 @@
+//! A queue's transfer job: the driver job that runs `transfer.lua`, which
+//! moves due ids to the ready list, redelivers (or kills) claims whose
+//! visibility expired, and says how long until the next due time.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::keys::Keys;
+use crate::error::{Error, ErrorKind};
+use crate::runtime::{Commands, Job, Next, slot};
+use crate::scripts;
+use crate::telemetry::{Counter, QueueMetrics};
+
+/// A queue's due work: `transfer.lua`, which moves up to a batch of due
+/// ids to the ready list, redelivers (or kills) claims whose visibility
+/// expired, and says how long until the next due time or deadline.
+///
+/// Everything a sweep touches per queue is in this one allocation (the
+/// packed command, the counters), so sweeping thousands of queues reads few
+/// cache lines.
+pub(crate) struct TransferJob {
+    batch: usize,
+    slot: u16,
+    /// Transfers run and messages moved (for `transfer_stats`).
+    pub runs: AtomicU64,
+    pub moved: AtomicU64,
+    /// `redwheel_messages_transferred_total` of this queue.
+    transferred: Counter,
+    /// `redwheel_messages_dead_lettered_total`: expired claims at the limit.
+    died: Counter,
+    /// `EVALSHA <transfer> 8 <keys…> <batch> <max_deliveries>`, packed once.
+    packed: Box<[u8]>,
+    name: String,
+}
+
+impl TransferJob {
+    pub(super) fn new(name: &str, keys: &Keys, batch: usize, max_deliveries: u32) -> TransferJob {
+        let packed = redis::cmd("EVALSHA")
+            .arg(scripts::TRANSFER.get_hash())
+            .arg(8)
+            .arg(&keys.delayed)
+            .arg(&keys.ready)
+            .arg(&keys.inflight)
+            .arg(&keys.lease)
+            .arg(&keys.msg)
+            .arg(&keys.attempts)
+            .arg(&keys.dead)
+            .arg(&keys.reason)
+            .arg(batch)
+            .arg(max_deliveries)
+            .get_packed_command()
+            .into_boxed_slice();
+        TransferJob {
+            batch,
+            slot: slot(keys.delayed.as_bytes()),
+            runs: AtomicU64::new(0),
+            moved: AtomicU64::new(0),
+            transferred: QueueMetrics::transferred(name),
+            died: QueueMetrics::dead_lettered(name),
+            packed,
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl Job for TransferJob {
+    fn describe(&self) -> String {
+        format!("transfer of queue {:?}", self.name)
+    }
+
+    fn commands(&self, out: &mut Commands) {
+        out.push(self.slot, &self.packed);
+    }
+
+    fn scripts(&self) -> &[&'static redis::Script] {
+        static SCRIPTS: LazyLock<[&'static redis::Script; 1]> =
+            LazyLock::new(|| [&*scripts::TRANSFER]);
+        &*SCRIPTS
+    }
+
+    fn on_reply(&self, replies: &[redis::Value]) -> Result<Next, Error> {
+        let (moved, wait_us, died) = parse_transfer_reply(replies).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("unexpected reply to transfer.lua: {replies:?}"),
+            )
+            .in_queue(&self.name)
+        })?;
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        if moved > 0 {
+            self.moved.fetch_add(moved, Ordering::Relaxed);
+            self.transferred.add(moved - died.min(moved));
+            self.died.add(died);
+            tracing::trace!(
+                target: "redwheel::queue",
+                queue = %self.name,
+                moved,
+                wait_us,
+                "transfer"
+            );
+        }
+        Ok(if moved as usize >= self.batch {
+            // A full batch: more may be due. The driver runs it again in its
+            // next round, beside whatever else fell due.
+            Next::Again
+        } else if wait_us >= 0 {
+            // Measured from the server's own "now" in this round: never
+            // early, and no clock offset involved.
+            Next::After(Duration::from_micros(wait_us.max(1) as u64))
+        } else {
+            Next::Idle
+        })
+    }
+}
+
+/// transfer.lua's reply, `moved + 8192 * wait_us` or `-(moved + 1)`, or
+/// `[that, died]` when expired claims died: (moved, wait in µs or -1 when
+/// nothing is left, died).
+fn parse_transfer_reply(replies: &[redis::Value]) -> Option<(u64, i64, u64)> {
+    let (packed, died) = match replies.first()? {
+        redis::Value::Int(packed) => (*packed, 0),
+        redis::Value::Array(pair) => match pair.as_slice() {
+            [redis::Value::Int(packed), redis::Value::Int(died)] => {
+                (*packed, u64::try_from(*died).ok()?)
+            }
+            _ => return None,
+        },
+        _ => return None,
+    };
+    if packed < 0 {
+        let moved = packed.checked_neg()? - 1;
+        return Some((u64::try_from(moved).ok()?, -1, died));
+    }
+    Some(((packed % 8192) as u64, packed / 8192, died))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfer_replies_unpack_and_anything_else_is_refused() {
+        let int = |i: i64| [redis::Value::Int(i)];
+        assert_eq!(
+            parse_transfer_reply(&int(3 + 8192 * 1_234_567)),
+            Some((3, 1_234_567, 0))
+        );
+        assert_eq!(parse_transfer_reply(&int(8192)), Some((0, 1, 0)));
+        assert_eq!(
+            parse_transfer_reply(&int(4_000 + 8192 * 3_600_000_000)),
+            Some((4_000, 3_600_000_000, 0))
+        );
+        assert_eq!(parse_transfer_reply(&int(-1)), Some((0, -1, 0)));
+        assert_eq!(parse_transfer_reply(&int(-4_001)), Some((4_000, -1, 0)));
+        assert_eq!(parse_transfer_reply(&int(i64::MIN)), None);
+        assert_eq!(
+            parse_transfer_reply(&[redis::Value::BulkString(b"1 2".to_vec())]),
+            None
+        );
+        assert_eq!(parse_transfer_reply(&[]), None);
+        // Expired claims that died come as [packed, died].
+        let pair = |packed: i64, died: i64| {
+            [redis::Value::Array(vec![
+                redis::Value::Int(packed),
+                redis::Value::Int(died),
+            ])]
+        };
+        assert_eq!(
+            parse_transfer_reply(&pair(5 + 8192 * 7, 2)),
+            Some((5, 7, 2))
+        );
+        assert_eq!(parse_transfer_reply(&pair(-4, 3)), Some((3, -1, 3)));
+        assert_eq!(parse_transfer_reply(&pair(5, -1)), None);
+        assert_eq!(
+            parse_transfer_reply(&[redis::Value::Array(vec![redis::Value::Int(5)])]),
+            None
+        );
+    }
+}
