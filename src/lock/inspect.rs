@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::state::{Keys, validate_name};
+use super::keys::{Keys, validate_name};
 use crate::error::{Access, Error};
 use crate::runtime::Redwheel;
 

@@ -16,149 +16,64 @@
 //! lock nor outlive an unlock, and the renew script's owner and token
 //! check means it never extends a lock that changed hands.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::Value;
-use slab::Slab;
 
-use super::LostCause;
-use super::state::{HELD, Hold, LockCtx, now_ns, ns};
+use super::hold::{HELD, Hold, RenewalGroup};
+use super::lease::{now_ns, ns};
+use super::lost::LostCause;
 use crate::error::{Error, ErrorKind};
 use crate::runtime::{Commands, Job, Next};
 use crate::scripts;
 
-/// A hold in the round on the wire, with its membership epoch then.
-type Sent = (Arc<Hold>, u64);
-
-/// The holds renewed with one watchdog lease.
-pub(crate) struct RenewalGroup {
-    pub lease: Duration,
-    /// The driver's key of this group's job.
-    pub key: String,
-    members: Mutex<Slab<Arc<Hold>>>,
+/// The driver job of a [`RenewalGroup`].
+pub(crate) struct RenewalJob {
+    group: Arc<RenewalGroup>,
     /// The holds of the round on the wire, with their membership epoch,
     /// and when it was sent.
     inflight: Mutex<(u64, Vec<Sent>)>,
-    /// A lease check is pending on the watcher thread.
-    check_pending: AtomicBool,
-    ctx: Arc<LockCtx>,
 }
 
-impl RenewalGroup {
-    pub(crate) fn new(lease: Duration, ctx: Arc<LockCtx>) -> RenewalGroup {
-        RenewalGroup {
-            lease,
-            key: format!("redwheel:lock-renewal:{}ms", lease.as_millis()),
-            members: Mutex::new(Slab::new()),
+impl RenewalJob {
+    pub(crate) fn new(group: Arc<RenewalGroup>) -> RenewalJob {
+        RenewalJob {
+            group,
             inflight: Mutex::new((0, Vec::new())),
-            check_pending: AtomicBool::new(false),
-            ctx,
         }
-    }
-
-    /// How often the group renews.
-    pub(crate) fn period(&self) -> Duration {
-        self.lease / 3
-    }
-
-    /// Adds `hold` (a hold joins at most one group in its life).
-    pub(crate) fn join(self: &Arc<Self>, hold: &Arc<Hold>) {
-        let _ = hold.group.set(Arc::downgrade(self));
-        let mut members = self.members.lock();
-        if hold.member_index.load(Ordering::Acquire) != usize::MAX {
-            return;
-        }
-        let index = members.insert(Arc::clone(hold));
-        hold.member_index.store(index, Ordering::Release);
-        hold.member_epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Removes `hold` if it is a member.
-    pub(crate) fn leave(&self, hold: &Hold) {
-        let mut members = self.members.lock();
-        let index = hold.member_index.swap(usize::MAX, Ordering::AcqRel);
-        if index != usize::MAX
-            && members
-                .get(index)
-                .is_some_and(|h| std::ptr::eq(Arc::as_ptr(h), hold))
-        {
-            members.remove(index);
-        }
-        hold.member_epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Asks the watcher to check the leases at `at` (`now_ns`) unless a
-    /// check is pending.
-    pub(crate) fn watch(self: &Arc<Self>, at: u64) {
-        if !self.check_pending.swap(true, Ordering::AcqRel) {
-            self.ctx.watch_group(at, Arc::downgrade(self));
-        }
-    }
-
-    /// On the watcher thread: marks lost every hold whose lease may have
-    /// run out with no renewal confirmed; returns when to look again (the
-    /// earliest lease deadline left), or `None` (nothing held).
-    pub(crate) fn expire_check(&self, now: u64) -> Option<u64> {
-        let mut expired = Vec::new();
-        let mut next: Option<u64> = None;
-        {
-            let members = self.members.lock();
-            for (_, hold) in members.iter() {
-                if hold.state() != HELD {
-                    continue;
-                }
-                let until = hold.valid_until.load(Ordering::Acquire);
-                if now > until {
-                    expired.push(Arc::clone(hold));
-                } else {
-                    next = Some(next.map_or(until, |n| n.min(until)));
-                }
-            }
-            if next.is_none() {
-                self.check_pending.store(false, Ordering::Release);
-            }
-        }
-        for hold in expired {
-            hold.lose(LostCause::Expired);
-        }
-        next.map(|n| n.saturating_add(1_000_000))
-    }
-
-    /// Members now.
-    pub(crate) fn len(&self) -> usize {
-        self.members.lock().len()
-    }
-
-    fn renew_command<'a>(&self, hold: &'a Hold) -> &'a [u8] {
-        hold.renew_packed.get_or_init(|| {
-            redis::cmd("EVALSHA")
-                .arg(scripts::LOCK_RENEW.get_hash())
-                .arg(1)
-                .arg(&*hold.route)
-                .arg(&hold.owner)
-                .arg(hold.token())
-                .arg(self.lease.as_millis() as u64)
-                .get_packed_command()
-        })
     }
 }
 
-/// The driver job of a [`RenewalGroup`].
-pub(crate) struct RenewalJob(pub Arc<RenewalGroup>);
+/// A hold in the round on the wire, with its membership epoch then.
+type Sent = (Arc<Hold>, u64);
+
+/// The renewal command of `hold` in `group`, packed on first use.
+fn renew_command<'a>(group: &RenewalGroup, hold: &'a Hold) -> &'a [u8] {
+    hold.renew_packed.get_or_init(|| {
+        redis::cmd("EVALSHA")
+            .arg(scripts::LOCK_RENEW.get_hash())
+            .arg(1)
+            .arg(&*hold.route)
+            .arg(&hold.owner)
+            .arg(hold.token())
+            .arg(group.lease.as_millis() as u64)
+            .get_packed_command()
+    })
+}
 
 impl Job for RenewalJob {
     fn describe(&self) -> String {
         format!(
             "renewal of the locks with a {:?} watchdog lease",
-            self.0.lease
+            self.group.lease
         )
     }
 
     fn commands(&self, out: &mut Commands) {
-        let group = &self.0;
+        let group = &self.group;
         let sent = now_ns();
         let mut expired = Vec::new();
         let mut inflight = Vec::new();
@@ -173,11 +88,11 @@ impl Job for RenewalJob {
                     expired.push(Arc::clone(hold));
                     continue;
                 }
-                out.push(hold.slot, group.renew_command(hold));
+                out.push(hold.slot, renew_command(group, hold));
                 inflight.push((Arc::clone(hold), hold.member_epoch.load(Ordering::Acquire)));
             }
         }
-        *group.inflight.lock() = (sent, inflight);
+        *self.inflight.lock() = (sent, inflight);
         // Should this round hang, the watcher still marks the leases lost
         // in time.
         group.watch(
@@ -198,8 +113,8 @@ impl Job for RenewalJob {
     }
 
     fn on_reply(&self, replies: &[Value]) -> Result<Next, Error> {
-        let group = &self.0;
-        let (sent, inflight) = std::mem::take(&mut *group.inflight.lock());
+        let group = &self.group;
+        let (sent, inflight) = std::mem::take(&mut *self.inflight.lock());
         if replies.len() != inflight.len() {
             return Err(Error::new(
                 ErrorKind::Protocol,
@@ -255,9 +170,4 @@ impl Job for RenewalJob {
             Next::Idle
         })
     }
-}
-
-/// A lease in whole ms, at least 1.
-pub(crate) fn lease_ms(lease: Duration) -> u64 {
-    (ns(lease) / 1_000_000).max(1)
 }

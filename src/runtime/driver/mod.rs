@@ -58,6 +58,7 @@ use parking_lot::Mutex;
 
 use self::deadlines::{DriverShared, Entry, State, arm_clock_refresh, arm_guard};
 pub(crate) use self::job::{Commands, Deadline, Job, Next, Transport};
+pub(crate) use self::round::DriverConfig;
 use self::round::Runner;
 use self::stats::Counters;
 pub use self::stats::DriverStats;
@@ -66,40 +67,6 @@ use super::server_clock::ServerClock;
 use crate::error::{Error, ErrorKind};
 use crate::telemetry::DriverMetrics;
 use crate::timer::{Clock, HashedWheelTimer, Timeout};
-
-/// The driver's settings.
-#[derive(Debug, Clone)]
-pub(crate) struct DriverConfig {
-    /// Backoff of a job whose commands failed: first wait.
-    pub job_backoff_min: Duration,
-    /// Backoff of a job whose commands failed: longest wait.
-    pub job_backoff_max: Duration,
-    /// Backoff of rounds while Redis is unreachable: first wait.
-    pub reconnect_min: Duration,
-    /// Backoff of rounds while Redis is unreachable: longest wait.
-    pub reconnect_max: Duration,
-    /// How often the server clock estimate is refreshed (`None`: never).
-    pub clock_refresh: Option<Duration>,
-    /// How long after an armed deadline the driver stops waiting for the
-    /// wheel to fire it and runs the job itself.
-    pub backstop_grace: Duration,
-}
-
-impl Default for DriverConfig {
-    fn default() -> Self {
-        DriverConfig {
-            job_backoff_min: Duration::from_millis(100),
-            job_backoff_max: Duration::from_secs(5),
-            reconnect_min: Duration::from_millis(10),
-            reconnect_max: Duration::from_millis(50),
-            clock_refresh: Some(Duration::from_secs(30)),
-            backstop_grace: Duration::from_millis(5),
-        }
-    }
-}
-
-/// Most jobs in one round.
-pub(crate) const MAX_ROUND: usize = 16_384;
 
 /// The registered due work and the thread that runs it.
 pub(crate) struct Driver {

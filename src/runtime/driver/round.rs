@@ -14,10 +14,43 @@ use super::deadlines::{DriverShared, mark_due};
 use super::job::{Commands, Job, Next, Transport};
 use super::stats::WheelGauges;
 use super::wake::Msg;
-use super::{DriverConfig, MAX_ROUND};
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::server_clock::MAX_AHEAD;
+
+/// The driver's settings.
+#[derive(Debug, Clone)]
+pub(crate) struct DriverConfig {
+    /// Backoff of a job whose commands failed: first wait.
+    pub job_backoff_min: Duration,
+    /// Backoff of a job whose commands failed: longest wait.
+    pub job_backoff_max: Duration,
+    /// Backoff of rounds while Redis is unreachable: first wait.
+    pub reconnect_min: Duration,
+    /// Backoff of rounds while Redis is unreachable: longest wait.
+    pub reconnect_max: Duration,
+    /// How often the server clock estimate is refreshed (`None`: never).
+    pub clock_refresh: Option<Duration>,
+    /// How long after an armed deadline the driver stops waiting for the
+    /// wheel to fire it and runs the job itself.
+    pub backstop_grace: Duration,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            job_backoff_min: Duration::from_millis(100),
+            job_backoff_max: Duration::from_secs(5),
+            reconnect_min: Duration::from_millis(10),
+            reconnect_max: Duration::from_millis(50),
+            clock_refresh: Some(Duration::from_secs(30)),
+            backstop_grace: Duration::from_millis(5),
+        }
+    }
+}
+
+/// Most jobs in one round.
+pub(crate) const MAX_ROUND: usize = 16_384;
 
 /// The driver thread's state.
 pub(super) struct Runner<T: Transport> {

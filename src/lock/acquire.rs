@@ -1,0 +1,292 @@
+//! Taking a lock: [`Lock::lock`], [`Lock::try_lock`] and their
+//! explicit-lease twins, which try the acquire script until it grants the
+//! lock (or the wait is over), joining the renewal group first.
+
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::ctx::thread_seq;
+use super::guard::LockGuard;
+use super::handle::Lock;
+use super::hold::{ACQUIRING, HELD, Hold};
+use super::lease::now_ns;
+use super::lost::LostCause;
+use super::registry::LockRegistry;
+use super::state::LockState;
+use crate::error::{Access, Error, ErrorKind};
+use crate::runtime::{Backoff, Deadline, shut_down};
+use crate::scripts;
+use crate::telemetry;
+
+/// One attempt's outcome.
+enum Attempt {
+    Granted(LockGuard),
+    /// Held by another owner for this much longer (`None`: no TTL).
+    Busy(Option<Duration>),
+}
+
+impl Lock {
+    /// Takes the lock, waiting as long as it takes, with the watchdog.
+    ///
+    /// While Redis is unreachable it keeps trying on the reconnect
+    /// backoff. Fails with [`ErrorKind::InvalidName`] /
+    /// [`ErrorKind::InvalidOption`] for a bad name or lease,
+    /// [`ErrorKind::Shutdown`] once the `Redwheel` is shut down, and with
+    /// non-transient Redis errors (permissions, a key of the wrong type).
+    pub fn lock(&self) -> Result<LockGuard, Error> {
+        let lease = self.checked_watchdog_lease()?;
+        self.acquire(None, lease, true)?
+            .ok_or_else(|| self.error(ErrorKind::Protocol, "lock() returned no guard"))
+    }
+
+    /// Takes the lock if it can within `wait` (zero: one attempt), with the
+    /// watchdog. `Ok(None)` when it could not. If Redis stayed unreachable
+    /// until then, the last error is returned instead; when that error is
+    /// [`ErrorKind::OutcomeUnknown`] the last attempt may have taken the
+    /// lock in Redis, unrenewed: it then lapses within the lease (a later
+    /// `lock` by the same thread takes it over at once).
+    pub fn try_lock(&self, wait: Duration) -> Result<Option<LockGuard>, Error> {
+        let lease = self.checked_watchdog_lease()?;
+        self.acquire(Some(wait), lease, true)
+    }
+
+    /// As [`lock`](Lock::lock), with an explicit lease and no watchdog: the
+    /// lock lapses `lease` after it was taken (1 ms ..= 365 days, whole ms)
+    /// unless unlocked before.
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
+        let lease = self.checked_lease(lease, Duration::from_millis(1), "lease")?;
+        self.acquire(None, lease, false)?
+            .ok_or_else(|| self.error(ErrorKind::Protocol, "lock() returned no guard"))
+    }
+
+    /// As [`try_lock`](Lock::try_lock), with an explicit lease and no
+    /// watchdog.
+    pub fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>, Error> {
+        let lease = self.checked_lease(lease, Duration::from_millis(1), "lease")?;
+        self.acquire(Some(wait), lease, false)
+    }
+
+    /// Tries until granted, `wait` is over (`None`: forever), or an error
+    /// that waiting will not cure.
+    fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Duration,
+        watchdog: bool,
+    ) -> Result<Option<LockGuard>, Error> {
+        let st = self.valid_state()?;
+        let reg = self.registry()?;
+        let rt = self.rt();
+        let deadline = wait.map(|w| Instant::now().checked_add(w).unwrap_or_else(far_future));
+        let counters = &reg.ctx.counters;
+        st.waiters.enter(counters);
+        let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+        let result = loop {
+            if rt.is_shut_down() {
+                break Err(shut_down());
+            }
+            match self.attempt(st, reg, lease, watchdog) {
+                Ok(Attempt::Granted(g)) => break Ok(Some(g)),
+                Ok(Attempt::Busy(ttl)) => {
+                    backoff.reset();
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
+                        break Ok(None);
+                    }
+                    reg.subscribe(rt, st);
+                    // Until the holder's lease ends at the latest (a missed
+                    // notification costs that much), in slices that notice
+                    // a shutdown.
+                    let ttl = ttl
+                        .unwrap_or(Duration::from_secs(1))
+                        .max(Duration::from_millis(1));
+                    let mut retry_at = now + ttl;
+                    if let Some(d) = deadline {
+                        retry_at = retry_at.min(d);
+                    }
+                    loop {
+                        let slice = (Instant::now() + rt.options.max_block).min(retry_at);
+                        if st.waiters.wait(slice) || Instant::now() >= retry_at || rt.is_shut_down()
+                        {
+                            break;
+                        }
+                    }
+                }
+                Err(e) if e.is_transient() => {
+                    let mut pause = backoff.step();
+                    if let Some(d) = deadline {
+                        let left = d.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            break Err(e);
+                        }
+                        pause = pause.min(left);
+                    }
+                    tracing::debug!(target: "redwheel::lock", lock = %self.name, error = %e, "lock: redis unavailable; retrying");
+                    std::thread::sleep(pause);
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        st.waiters.leave(matches!(result, Ok(Some(_))), counters);
+        result
+    }
+
+    /// One acquire script: a fresh acquisition, or a re-entry of the
+    /// calling thread's hold.
+    fn attempt(
+        &self,
+        st: &Arc<LockState>,
+        reg: &Arc<LockRegistry>,
+        lease: Duration,
+        watchdog: bool,
+    ) -> Result<Attempt, Error> {
+        let rt = self.rt();
+        let tid = thread_seq();
+        let current = st.current_hold(tid);
+        let owner = reg.ctx.owner();
+        let hold = match &current {
+            Some(h) => Arc::clone(h),
+            None => {
+                Arc::new(st.new_hold(owner.clone(), self.on_lost.clone(), Arc::clone(&reg.ctx)))
+            }
+        };
+        // Join the renewal group before the script runs: a renewal then
+        // covers the lock from the moment it is granted.
+        let mut joined = None;
+        if watchdog && hold.watchdog.load(Ordering::Acquire) == 0 {
+            let group = match hold.group.get().and_then(Weak::upgrade) {
+                Some(g) => g,
+                None => reg.group(rt, lease),
+            };
+            group.join(&hold);
+            rt.driver
+                .announce(&group.key, Deadline::After(group.period()));
+            joined = Some(group);
+        }
+        let (token_arg, new_count) = match &current {
+            Some(h) => (h.token(), h.count.load(Ordering::Acquire) + 1),
+            None => (0, 1),
+        };
+        reg.ctx
+            .counters
+            .acquire_attempts
+            .fetch_add(1, Ordering::Relaxed);
+        let sent = now_ns();
+        let span = telemetry::lock_op("lock_acquire", &st.name);
+        let reply: Result<Vec<i64>, Error> = self.rt().run(&st.keys.lock, Access::Write, |con| {
+            scripts::LOCK_ACQUIRE
+                .key(&st.keys.lock)
+                .key(&st.keys.fence)
+                .arg(&owner)
+                .arg(lease.as_millis() as u64)
+                .arg(token_arg)
+                .arg(new_count)
+                .invoke(con)
+        });
+        drop(span);
+        let undo_join = |hold: &Hold| {
+            if let Some(g) = &joined {
+                g.leave(hold);
+            }
+        };
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                undo_join(&hold);
+                return Err(self.wrap(e, "could not acquire"));
+            }
+        };
+        match reply.as_slice() {
+            [1, token, fresh] => {
+                let token = *token as u64;
+                let guard_hold = if *fresh == 1 {
+                    if let Some(old) = &current {
+                        // The hold we meant to re-enter was gone.
+                        undo_join(old);
+                        old.lose(LostCause::Gone);
+                    }
+                    let h = if current.is_some() {
+                        let h = Arc::new(st.new_hold(
+                            owner,
+                            self.on_lost.clone(),
+                            Arc::clone(&reg.ctx),
+                        ));
+                        if watchdog {
+                            let group = reg.group(rt, lease);
+                            group.join(&h);
+                            rt.driver
+                                .announce(&group.key, Deadline::After(group.period()));
+                        }
+                        h
+                    } else {
+                        hold
+                    };
+                    h.token.store(token, Ordering::Release);
+                    h.count.store(1, Ordering::Release);
+                    h.last_renewed.store(sent, Ordering::Release);
+                    h.confirmed(sent, lease);
+                    let _ = h.state.compare_exchange(
+                        ACQUIRING,
+                        HELD,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                    st.holds.lock().insert(tid, Arc::clone(&h));
+                    h
+                } else {
+                    hold.count.store(new_count, Ordering::Release);
+                    hold.confirmed(sent, lease);
+                    hold
+                };
+                if watchdog {
+                    guard_hold.watchdog.fetch_add(1, Ordering::AcqRel);
+                    if let Some(g) = guard_hold.group.get().and_then(Weak::upgrade) {
+                        g.watch(
+                            guard_hold
+                                .valid_until
+                                .load(Ordering::Acquire)
+                                .saturating_add(1_000_000),
+                        );
+                    }
+                }
+                reg.ctx.counters.acquired.fetch_add(1, Ordering::Relaxed);
+                reg.ctx.metrics.acquired.add(1);
+                Ok(Attempt::Granted(LockGuard {
+                    lock: self.clone(),
+                    hold: guard_hold,
+                    watchdog,
+                    tid,
+                    released: false,
+                    _not_send: PhantomData,
+                }))
+            }
+            [0, pttl] => {
+                undo_join(&hold);
+                if let Some(old) = &current {
+                    // We believed we held it; someone else does.
+                    old.lose(LostCause::Gone);
+                }
+                Ok(Attempt::Busy(
+                    u64::try_from(*pttl).ok().map(Duration::from_millis),
+                ))
+            }
+            other => {
+                undo_join(&hold);
+                Err(self.error(
+                    ErrorKind::Protocol,
+                    &format!("unexpected reply to lock_acquire.lua: {other:?}"),
+                ))
+            }
+        }
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365 * 30)
+}
