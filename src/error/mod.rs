@@ -1,0 +1,19 @@
+//! Error types: [`TimerError`] for the timer alone, and one [`Error`] (with
+//! its [`ErrorKind`]) for everything Redis-backed.
+//!
+//! Every fallible public operation returns one of these; nothing in the
+//! public API panics on bad input.
+//!
+//! Files: `timer.rs` ([`TimerError`]), `kind.rs` ([`ErrorKind`]),
+//! `redwheel_error.rs` ([`Error`] itself) and `classify.rs` (how a `redis`
+//! crate error becomes an [`Error`]).
+
+mod classify;
+mod kind;
+mod redwheel_error;
+mod timer;
+
+pub(crate) use self::classify::Access;
+pub use self::kind::ErrorKind;
+pub use self::redwheel_error::{CodecError, Error};
+pub use self::timer::TimerError;
