@@ -15,12 +15,12 @@
 -- ARGV[4]  acks: how many (id, token) pairs follow, to ack first, as ack.lua does
 -- ARGV[5..] those pairs
 --
--- Reply: { deadline, stale, id, value, attempt, token, id, value, attempt, token, … }:
+-- Reply: { deadline, refused, id, value, attempt, token, id, value, attempt, token, … }:
 --   deadline  the claims' visibility deadline (epoch ms, server clock)
---   stale     how many of the acks were refused (their claim was no longer current)
+--   refused   how many of the acks were refused (their claim was no longer current)
 --   then per message claimed: its id, its stored "<due ms>:<payload>", its attempt number (1
 --   on the first delivery), and the token of this claim (ARGV[2] .. ":" .. its index)
---   Nothing claimed gives { deadline, stale } alone.
+--   Nothing claimed gives { deadline, refused } alone.
 --
 -- Invariant: an id leaves `ready` and enters `inflight` (with its lease and raised attempt
 -- count) in one atomic step, so a consumer that dies at any instant cannot lose it: the
@@ -33,7 +33,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[1])
 local count = tonumber(ARGV[3])
-local stale = 0
+local refused = 0
 for i = 0, tonumber(ARGV[4]) - 1 do
   local id = ARGV[5 + 2 * i]
   local cur = redis.call('HGET', KEYS[4], id)
@@ -43,10 +43,10 @@ for i = 0, tonumber(ARGV[4]) - 1 do
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
   elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
-    stale = stale + 1
+    refused = refused + 1
   end
 end
-local out = { deadline, stale }
+local out = { deadline, refused }
 local claimed = 0
 local skipped = 0
 local any_stale = count > 0 and redis.call('EXISTS', KEYS[7]) == 1

@@ -20,8 +20,8 @@ use crate::runtime::{Backoff, Deadline, shut_down};
 use crate::scripts;
 use crate::telemetry;
 
-/// One attempt's outcome.
-enum Attempt {
+/// What one acquire script said.
+enum AcquireOutcome {
     Granted(LockGuard),
     /// Held by another owner for this much longer (`None`: no TTL).
     Busy(Option<Duration>),
@@ -91,9 +91,9 @@ impl Lock {
             if rt.is_shut_down() {
                 break Err(shut_down());
             }
-            match self.attempt(st, reg, lease, watchdog) {
-                Ok(Attempt::Granted(g)) => break Ok(Some(g)),
-                Ok(Attempt::Busy(ttl)) => {
+            match self.acquire_once(st, reg, lease, watchdog) {
+                Ok(AcquireOutcome::Granted(g)) => break Ok(Some(g)),
+                Ok(AcquireOutcome::Busy(ttl)) => {
                     backoff.reset();
                     let now = Instant::now();
                     if deadline.is_some_and(|d| now >= d) {
@@ -139,13 +139,13 @@ impl Lock {
 
     /// One acquire script: a fresh acquisition, or a re-entry of the
     /// calling thread's hold.
-    fn attempt(
+    fn acquire_once(
         &self,
         st: &Arc<LockState>,
         reg: &Arc<LockRegistry>,
         lease: Duration,
         watchdog: bool,
-    ) -> Result<Attempt, Error> {
+    ) -> Result<AcquireOutcome, Error> {
         let rt = self.rt();
         let tid = thread_seq();
         let current = st.current_hold(tid);
@@ -257,7 +257,7 @@ impl Lock {
                 }
                 reg.ctx.counters.acquired.fetch_add(1, Ordering::Relaxed);
                 reg.ctx.metrics.acquired.add(1);
-                Ok(Attempt::Granted(LockGuard {
+                Ok(AcquireOutcome::Granted(LockGuard {
                     lock: self.clone(),
                     hold: guard_hold,
                     watchdog,
@@ -272,7 +272,7 @@ impl Lock {
                     // We believed we held it; someone else does.
                     old.lose(LostCause::Gone);
                 }
-                Ok(Attempt::Busy(
+                Ok(AcquireOutcome::Busy(
                     u64::try_from(*pttl).ok().map(Duration::from_millis),
                 ))
             }

@@ -106,7 +106,7 @@ impl<T: Codec> Queue<T> {
         let prefix = token_prefix();
         let vis = visibility_ms.to_string();
         let count = n.to_string();
-        let mut stale = 0;
+        let mut refused_acks = 0;
         if !acks.is_empty() {
             // Ack and try a claim at once: no wait on this first call.
             let ack_count = acks.len().to_string();
@@ -136,13 +136,13 @@ impl<T: Codec> Queue<T> {
                 .map_err(|e| self.tag(e))?;
             drop(span);
             let (claims, refused) = self.read_claims(reply)?;
-            stale = refused;
+            refused_acks = refused;
             self.state
                 .metrics
                 .acked
                 .add((acks.len() as u64).saturating_sub(refused));
             if !claims.is_empty() || wait.is_zero() {
-                return Ok((claims, stale));
+                return Ok((claims, refused_acks));
             }
         }
         let popped = self.wait_pop(
@@ -154,8 +154,8 @@ impl<T: Codec> Queue<T> {
             2,
         )?;
         match popped {
-            Some(reply) => Ok((self.read_claims(reply)?.0, stale)),
-            None => Ok((Vec::new(), stale)),
+            Some(reply) => Ok((self.read_claims(reply)?.0, refused_acks)),
+            None => Ok((Vec::new(), refused_acks)),
         }
     }
 
@@ -176,7 +176,7 @@ impl<T: Codec> Queue<T> {
             .next()
             .and_then(|v| redis::from_redis_value(v).ok())
             .ok_or_else(|| protocol("no deadline"))?;
-        let stale: u64 = items
+        let refused: u64 = items
             .next()
             .and_then(|v| redis::from_redis_value(v).ok())
             .ok_or_else(|| protocol("no count of refused acks"))?;
@@ -219,6 +219,6 @@ impl<T: Codec> Queue<T> {
             // sweep).
             self.announce_deadline(self.visibility);
         }
-        Ok((out, stale))
+        Ok((out, refused))
     }
 }

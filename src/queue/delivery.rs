@@ -110,7 +110,7 @@ impl<T: Codec> Delivery<T> {
         &self.token
     }
 
-    fn stale(&self, what: &str) -> Error {
+    fn stale_delivery(&self, what: &str) -> Error {
         self.queue.tag(
             Error::new(
                 ErrorKind::StaleDelivery,
@@ -145,7 +145,7 @@ impl<T: Codec> Delivery<T> {
             })
             .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?;
         if n < 0 {
-            return Err(self.stale("ack"));
+            return Err(self.stale_delivery("ack"));
         }
         if n == 1 {
             // Not a repeated ack of a message already gone.
@@ -168,7 +168,7 @@ impl<T: Codec> Delivery<T> {
         self.queue
             .nack_claim(self.id.as_str(), &self.token, delay_ms, why)
             .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?
-            .ok_or_else(|| self.stale("nack"))
+            .ok_or_else(|| self.stale_delivery("nack"))
     }
 
     /// Still working on it: no other consumer gets it for `visibility` from
@@ -192,7 +192,7 @@ impl<T: Codec> Delivery<T> {
             })
             .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?;
         if deadline < 0 {
-            return Err(self.stale("extend"));
+            return Err(self.stale_delivery("extend"));
         }
         self.visible_until_ms
             .store(deadline as u64, Ordering::Relaxed);
@@ -204,7 +204,7 @@ impl<T: Codec> Delivery<T> {
 impl<T: Codec> Queue<T> {
     /// Runs `nack.lua` for the claim `token` of message `id`: back in
     /// `delay_ms` (server clock), or dead at `max_deliveries`, with the
-    /// counters to match. `None`: the claim is no longer current (stale).
+    /// counters to match. `None`: the claim is no longer current (a stale delivery).
     /// Shared by [`Delivery::nack`] and a consumer's release at shutdown.
     pub(crate) fn nack_claim(
         &self,

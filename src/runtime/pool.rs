@@ -97,34 +97,34 @@ impl Pool {
     pub(crate) fn try_run<R>(
         &self,
         mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
-    ) -> Result<R, Attempt> {
+    ) -> Result<R, TryRunError> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(Attempt::NotSent(shut_down()));
+            return Err(TryRunError::NotSent(shut_down()));
         }
         let started = Instant::now();
         let idle = self.idle.lock().pop();
         let was_idle = idle.is_some();
         let mut con = match idle {
             Some(c) => c,
-            None => self.open_within(started).map_err(Attempt::NotSent)?,
+            None => self.open_within(started).map_err(TryRunError::NotSent)?,
         };
         match f(&mut con) {
             Ok(r) => {
                 self.put_back(con, was_idle);
                 Ok(r)
             }
-            Err(e) if was_idle && is_stale_connection(&e) => {
+            Err(e) if was_idle && died_while_idle(&e) => {
                 // The server closed a connection that sat idle: it went away
                 // (a restart) before this command reached it. If it cannot
                 // be reached again, it is down: nothing was written.
                 drop(con);
                 self.clear();
-                let mut con = self.open_within(started).map_err(Attempt::NotSent)?;
-                let r = f(&mut con).map_err(Attempt::Failed)?;
+                let mut con = self.open_within(started).map_err(TryRunError::NotSent)?;
+                let r = f(&mut con).map_err(TryRunError::Failed)?;
                 self.put_back(con, false);
                 Ok(r)
             }
-            Err(e) => Err(Attempt::Failed(e)),
+            Err(e) => Err(TryRunError::Failed(e)),
         }
     }
 
@@ -173,25 +173,25 @@ impl Pool {
 }
 
 /// How a command on a pooled connection failed.
-pub(crate) enum Attempt {
+pub(crate) enum TryRunError {
     /// No connection could be had: the command was not sent.
     NotSent(Error),
     /// Redis (or the connection) failed the command.
     Failed(redis::RedisError),
 }
 
-impl Attempt {
+impl TryRunError {
     /// The caller's error, given whether the command writes.
     pub(crate) fn into_error(self, access: Access) -> Error {
         match self {
-            Attempt::NotSent(e) => e,
-            Attempt::Failed(e) => Error::from_redis(e, access),
+            TryRunError::NotSent(e) => e,
+            TryRunError::Failed(e) => Error::from_redis(e, access),
         }
     }
 }
 
 /// A connection that died while idle: reset, closed or broken, not slow.
-fn is_stale_connection(e: &redis::RedisError) -> bool {
+fn died_while_idle(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() && !e.is_timeout()
 }
 

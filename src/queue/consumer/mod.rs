@@ -18,7 +18,8 @@
 //!   one round trip; it stops the moment the handler returns. A handler
 //!   still running after `handler_timeout` is treated as failed: its
 //!   message is given back (nacked) by that job, and the handler's late
-//!   result cannot ack it (the claim's token is stale by then).
+//!   result cannot ack it (by then it is a stale delivery: its claim is no
+//!   longer current).
 //!
 //! Files: `running.rs` (what the threads and the job share), `worker.rs`
 //! (the claimer and worker threads), `extend.rs` (the visibility job).

@@ -107,12 +107,12 @@ pub(super) fn dispatch<T: Codec>(
             opts.poll
         };
         let claimed = match q.claim_acking(&acks, free, wait) {
-            Ok((claimed, stale)) => {
+            Ok((claimed, refused)) => {
                 backoff.reset();
-                let acked = acks.len() as u64 - stale.min(acks.len() as u64);
+                let acked = acks.len() as u64 - refused.min(acks.len() as u64);
                 inner.handled.fetch_add(acked, Ordering::Relaxed);
-                if stale > 0 {
-                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, stale, "consumer: a message was delivered again before its handler's ack; that result is dropped");
+                if refused > 0 {
+                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, refused, "consumer: a message was delivered again before its handler's ack; that result is dropped");
                 }
                 acks.clear();
                 claimed

@@ -10,7 +10,7 @@ use super::slot_map::{Cluster, Node};
 use crate::error::{Access, Error};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::conn::Conn;
-use crate::runtime::pool::Attempt;
+use crate::runtime::pool::TryRunError;
 
 /// Most redirects one command follows.
 const MAX_REDIRECTS: usize = 16;
@@ -55,7 +55,7 @@ impl Cluster {
             };
             let e = match result {
                 Ok(r) => return Ok(r),
-                Err(Attempt::NotSent(e)) => {
+                Err(TryRunError::NotSent(e)) => {
                     // The master cannot be reached: maybe failing over.
                     self.request_refresh();
                     if e.is_transient() && wait(&mut backoff, started, budget) {
@@ -63,7 +63,7 @@ impl Cluster {
                     }
                     return Err(e);
                 }
-                Err(Attempt::Failed(e)) => e,
+                Err(TryRunError::Failed(e)) => e,
             };
             if let Some(to) = redirect(&e)
                 && redirects < MAX_REDIRECTS

@@ -65,7 +65,7 @@ pub(super) struct Runner<T: Transport> {
     seen_connects: u64,
     commands: Commands,
     /// The round being run (kept to reuse its allocation).
-    round: Vec<Slot>,
+    round: Vec<RoundJob>,
     /// Each job's outcome in that round.
     outcomes: Vec<Result<Next, Error>>,
     /// When the current outage began (for one log line per outage).
@@ -76,10 +76,12 @@ pub(super) struct Runner<T: Transport> {
 
 /// One job of a round: its key and registration, and where its commands
 /// sit among the round's.
-struct Slot {
+struct RoundJob {
+    /// Its entry's slab index, and the registration it was taken from.
     index: usize,
     epoch: u64,
     job: Arc<dyn Job>,
+    /// Where its commands sit among the round's: the first, and how many.
     first: usize,
     count: usize,
 }
@@ -200,7 +202,7 @@ impl<T: Transport> Runner<T> {
 
     /// Takes up to [`MAX_ROUND`] marked keys, in the order they were
     /// marked.
-    fn take_round(&mut self, round: &mut Vec<Slot>) {
+    fn take_round(&mut self, round: &mut Vec<RoundJob>) {
         let mut st = self.shared.state.lock();
         let st = &mut *st;
         while round.len() < MAX_ROUND {
@@ -211,10 +213,10 @@ impl<T: Transport> Runner<T> {
                 continue;
             };
             if !entry.marked {
-                continue; // a slot reused after an unregister
+                continue; // an index reused after an unregister
             }
             entry.marked = false;
-            round.push(Slot {
+            round.push(RoundJob {
                 index,
                 epoch: entry.epoch,
                 job: Arc::clone(&entry.job),
@@ -224,12 +226,12 @@ impl<T: Transport> Runner<T> {
         }
     }
 
-    fn run_round(&mut self, round: &mut [Slot]) {
+    fn run_round(&mut self, round: &mut [RoundJob]) {
         self.commands.clear();
-        for slot in round.iter_mut() {
-            slot.first = self.commands.len();
-            slot.job.commands(&mut self.commands);
-            slot.count = self.commands.len() - slot.first;
+        for rj in round.iter_mut() {
+            rj.first = self.commands.len();
+            rj.job.commands(&mut self.commands);
+            rj.count = self.commands.len() - rj.first;
         }
         let span = tracing::debug_span!(
             target: "redwheel::runtime",
@@ -298,7 +300,7 @@ impl<T: Transport> Runner<T> {
         }
     }
 
-    fn round_failed(&mut self, round: &[Slot], e: &Error, now: Duration) {
+    fn round_failed(&mut self, round: &[RoundJob], e: &Error, now: Duration) {
         self.shared
             .stats
             .failed_rounds
@@ -329,19 +331,19 @@ impl<T: Transport> Runner<T> {
             );
         }
         let mut st = self.shared.state.lock();
-        for slot in round {
-            if st.live(slot.index, slot.epoch).is_some() {
+        for rj in round {
+            if st.live(rj.index, rj.epoch).is_some() {
                 self.shared
-                    .arm_earlier(&mut st, slot.index, now.saturating_add(wait), now);
+                    .arm_earlier(&mut st, rj.index, now.saturating_add(wait), now);
             }
         }
     }
 
-    fn apply_replies(&mut self, round: &[Slot], replies: &[Value], now: Duration) {
+    fn apply_replies(&mut self, round: &[RoundJob], replies: &[Value], now: Duration) {
         let mut loaded: Vec<*const Script> = Vec::new();
         let mut outcomes = std::mem::take(&mut self.outcomes);
-        for slot in round {
-            let Some(mine) = replies.get(slot.first..slot.first + slot.count) else {
+        for rj in round {
+            let Some(mine) = replies.get(rj.first..rj.first + rj.count) else {
                 outcomes.push(Err(Error::new(
                     ErrorKind::Protocol,
                     "redis sent fewer replies than commands",
@@ -354,14 +356,14 @@ impl<T: Transport> Runner<T> {
             });
             let outcome = match error {
                 Some(err) if err.code() == "NOSCRIPT" => {
-                    for &script in slot.job.scripts() {
+                    for &script in rj.job.scripts() {
                         let ptr = script as *const Script;
                         if loaded.contains(&ptr) {
                             continue;
                         }
                         loaded.push(ptr);
                         if let Err(e) = self.transport.load_script(script) {
-                            tracing::warn!(target: "redwheel::runtime", job = %slot.job.describe(), error = %e, "could not load a script");
+                            tracing::warn!(target: "redwheel::runtime", job = %rj.job.describe(), error = %e, "could not load a script");
                         }
                     }
                     Ok(Next::Again)
@@ -370,13 +372,13 @@ impl<T: Transport> Runner<T> {
                     redis::RedisError::from(err),
                     Access::Write,
                 )),
-                None => slot.job.on_reply(mine),
+                None => rj.job.on_reply(mine),
             };
             outcomes.push(outcome);
         }
         let mut st = self.shared.state.lock();
-        for (slot, outcome) in round.iter().zip(outcomes.drain(..)) {
-            let Some(entry) = st.live(slot.index, slot.epoch) else {
+        for (rj, outcome) in round.iter().zip(outcomes.drain(..)) {
+            let Some(entry) = st.live(rj.index, rj.epoch) else {
                 continue;
             };
             match outcome {
@@ -384,13 +386,13 @@ impl<T: Transport> Runner<T> {
                     entry.failures = 0;
                     match next {
                         Next::Again => {
-                            mark_due(&mut st, slot.index);
+                            mark_due(&mut st, rj.index);
                         }
                         Next::Idle => {}
                         Next::After(d) => {
                             self.shared.arm_earlier(
                                 &mut st,
-                                slot.index,
+                                rj.index,
                                 now.saturating_add(d.min(MAX_AHEAD)),
                                 now,
                             );
@@ -424,7 +426,7 @@ impl<T: Transport> Runner<T> {
                     if e.is_transient() && failures > 1 {
                         tracing::debug!(
                             target: "redwheel::runtime",
-                            job = %slot.job.describe(),
+                            job = %rj.job.describe(),
                             error = %e,
                             failures,
                             retry_in_ms = wait.as_millis() as u64,
@@ -433,7 +435,7 @@ impl<T: Transport> Runner<T> {
                     } else {
                         tracing::warn!(
                             target: "redwheel::runtime",
-                            job = %slot.job.describe(),
+                            job = %rj.job.describe(),
                             error = %e,
                             failures,
                             retry_in_ms = wait.as_millis() as u64,
@@ -441,7 +443,7 @@ impl<T: Transport> Runner<T> {
                         );
                     }
                     self.shared
-                        .arm_earlier(&mut st, slot.index, now.saturating_add(wait), now);
+                        .arm_earlier(&mut st, rj.index, now.saturating_add(wait), now);
                 }
             }
         }
