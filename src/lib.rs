@@ -156,6 +156,14 @@ pub use queue::{
 };
 pub use runtime::{DriverStats, Redwheel, RedwheelOptions};
 
+/// Hooks for redwheel's own tests (faults that cannot be injected from
+/// outside the process). Not part of the API: hidden from the docs, and
+/// free to change in any release.
+#[doc(hidden)]
+pub mod test_support {
+    pub use crate::runtime::test_hooks::{skew_clock_estimate, stall_wheel};
+}
+
 /// The README's code blocks, compiled and run as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

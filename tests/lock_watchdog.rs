@@ -61,7 +61,7 @@ fn renewals_stay_on_time_while_a_slow_task_holds_the_wheel_thread() {
     let rw = connect(&server);
     let (lock, lost) = lost_flag(&rw, "stall", Duration::from_millis(600));
     let g = lock.lock().unwrap();
-    rw.stall_wheel_for_tests(Duration::from_millis(1_800));
+    redwheel::test_support::stall_wheel(&rw, Duration::from_millis(1_800));
     let renewals = rw.lock_stats().renewals;
     std::thread::sleep(Duration::from_millis(1_800)); // the stall
     assert!(

@@ -189,7 +189,7 @@ fn a_wake_up_that_fires_early_reschedules_instead_of_spinning() {
     });
     // This process now believes the server clock is 300 ms further ahead
     // than it is, so the wake-up for the next message fires ~300 ms early.
-    rw.skew_clock_estimate_for_tests(300);
+    redwheel::test_support::skew_clock_estimate(&rw, 300);
     let runs_before = q.transfer_stats().runs;
     q.offer(&"m".to_string(), Duration::from_millis(500))
         .unwrap();

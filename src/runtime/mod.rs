@@ -37,6 +37,7 @@ mod redwheel;
 mod server_clock;
 mod shared;
 mod subscriber;
+pub(crate) mod test_hooks;
 
 pub(crate) use self::backoff::Backoff;
 pub(crate) use self::conn::Conn;

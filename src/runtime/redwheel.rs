@@ -199,37 +199,6 @@ impl Redwheel {
         self.handle.rt.driver.stats()
     }
 
-    /// Test hook: shifts this process's `server − local` clock estimate by
-    /// `ms` (positive: believe the server clock is further ahead), so that
-    /// announced deadlines fire early (or late) on the wheel. Not part of
-    /// the API.
-    #[doc(hidden)]
-    pub fn skew_clock_estimate_for_tests(&self, ms: i64) {
-        self.handle.rt.server_clock.skew(ms);
-    }
-
-    /// Test hook: holds the runtime's wheel thread up for `stall` with a
-    /// deliberately slow wheel task, and returns once that task has begun
-    /// (or after 10 s). Work due meanwhile must not wait for it: the
-    /// driver's backstop runs it. Not part of the API.
-    #[doc(hidden)]
-    pub fn stall_wheel_for_tests(&self, stall: Duration) {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let task = move || {
-            let _ = tx.send(());
-            std::thread::sleep(stall);
-        };
-        if self
-            .handle
-            .rt
-            .driver
-            .run_on_wheel_for_tests(Duration::from_millis(1), task)
-            .is_ok()
-        {
-            let _ = rx.recv_timeout(Duration::from_secs(10));
-        }
-    }
-
     pub(crate) fn runtime(&self) -> &Arc<Runtime> {
         &self.handle.rt
     }
