@@ -7,7 +7,7 @@ mod support;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use redwheel::{MessageId, QueueOptions, Redwheel};
+use redwheel::{MessageId, QueueOptions};
 use serde_json::Value;
 use support::RedisServer;
 use support::cluster::RedisCluster;
@@ -75,15 +75,11 @@ fn row<'a>(table: &'a str, first: &str) -> Vec<&'a str> {
         .unwrap_or_else(|| panic!("no row {first:?} in:\n{table}"))
 }
 
-fn connect(server: &RedisServer) -> Redwheel {
-    Redwheel::connect(&server.url()).unwrap()
-}
-
 #[test]
 fn stats_counts_every_state_of_named_and_scanned_queues() {
     let server = RedisServer::start();
     let url = server.url();
-    let rw = connect(&server);
+    let rw = server.connect();
     let orders = rw
         .queue_with::<Vec<u8>>("orders", QueueOptions::default().max_deliveries(1))
         .unwrap();
@@ -173,7 +169,7 @@ fn an_unknown_queue_exits_4_with_one_line() {
 fn peek_shows_each_state_with_lossless_payloads() {
     let server = RedisServer::start();
     let url = server.url();
-    let rw = connect(&server);
+    let rw = server.connect();
     let q = rw
         .queue_with::<Vec<u8>>("jobs", QueueOptions::default().max_deliveries(5))
         .unwrap();
@@ -249,7 +245,7 @@ fn peek_shows_each_state_with_lossless_payloads() {
 fn dead_lists_reason_attempts_and_death_and_requeue_dead_revives_them() {
     let server = RedisServer::start();
     let url = server.url();
-    let rw = connect(&server);
+    let rw = server.connect();
     let q = rw
         .queue_with::<Vec<u8>>("mail", QueueOptions::default().max_deliveries(1))
         .unwrap();
@@ -297,7 +293,7 @@ fn dead_lists_reason_attempts_and_death_and_requeue_dead_revives_them() {
 fn remove_deletes_by_id_and_exits_4_for_an_id_not_found() {
     let server = RedisServer::start();
     let url = server.url();
-    let rw = connect(&server);
+    let rw = server.connect();
     let q = rw.queue::<String>("tasks").unwrap();
     let a = q.offer(&"a".to_string(), Duration::from_secs(600)).unwrap();
     let b = q.offer(&"b".to_string(), Duration::from_secs(600)).unwrap();
@@ -362,7 +358,7 @@ fn offer_takes_a_delay_and_rejects_a_bad_duration_with_exit_2() {
 fn take_and_claim_count_deliveries_that_watch_reports() {
     let server = RedisServer::start();
     let url = server.url();
-    let rw = connect(&server);
+    let rw = server.connect();
     let q = rw.queue::<Vec<u8>>("counted").unwrap();
     let batch: Vec<(Vec<u8>, Duration)> = (0..6).map(|i| (vec![i], Duration::ZERO)).collect();
     q.offer_batch(&batch).unwrap();
@@ -395,7 +391,7 @@ fn take_and_claim_count_deliveries_that_watch_reports() {
 fn watch_once_prints_one_frame_with_backlog_and_delivery_rate() {
     let server = RedisServer::start();
     let url = server.url();
-    let rw = connect(&server);
+    let rw = server.connect();
     let q = rw.queue::<Vec<u8>>("busy").unwrap();
     let refill: Vec<(Vec<u8>, Duration)> = (0..1_000u32)
         .map(|i| (i.to_be_bytes().to_vec(), Duration::ZERO))
@@ -467,7 +463,7 @@ fn watch_once_prints_one_frame_with_backlog_and_delivery_rate() {
 fn locks_lists_holder_hold_count_lease_and_token() {
     let server = RedisServer::start();
     let url = server.url();
-    let rw = connect(&server);
+    let rw = server.connect();
     let lock = rw.lock("inventory:42");
     let guard = lock.lock().unwrap();
     let again = lock.lock().unwrap();
@@ -527,8 +523,7 @@ fn unreachable_or_bad_urls_exit_3_with_one_line() {
 fn stats_on_a_cluster_scans_every_master() {
     let cluster = RedisCluster::start();
     let urls = cluster.urls();
-    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let rw = Redwheel::connect_cluster(&seeds).unwrap();
+    let rw = cluster.connect();
     let names: Vec<String> = (0..12).map(|i| format!("q{i:02}")).collect();
     let mut masters = std::collections::HashSet::new();
     for name in &names {

@@ -15,12 +15,6 @@ use support::within;
 
 const HANG: Duration = Duration::from_secs(180);
 
-fn connect(cluster: &RedisCluster) -> Redwheel {
-    let urls = cluster.urls();
-    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
-    Redwheel::connect_cluster(&seeds).unwrap()
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -42,7 +36,7 @@ fn the_local_cluster_has_three_masters_covering_every_slot() {
 #[test]
 fn a_hundred_queues_spread_over_every_master_each_deliver_as_on_one_node() {
     let cluster = RedisCluster::start();
-    let rw = connect(&cluster);
+    let rw = cluster.connect();
     let names: Vec<String> = (0..100).map(|i| format!("spread-{i}")).collect();
     // Where Redis says each queue lives: every master holds some.
     let masters: HashSet<u16> = names
@@ -118,7 +112,7 @@ fn produce(
 #[test]
 fn a_killed_master_fails_over_and_no_offer_confirmed_by_a_replica_is_lost() {
     let mut cluster = RedisCluster::start();
-    let rw = connect(&cluster);
+    let rw = cluster.connect();
     let name = "failover";
     let owner = cluster.master_of_slot(cluster.keyslot(name));
     let stop = Arc::new(AtomicBool::new(false));
@@ -210,7 +204,7 @@ fn a_killed_master_fails_over_and_no_offer_confirmed_by_a_replica_is_lost() {
 #[test]
 fn a_queue_slot_migrated_while_offering_and_taking_loses_and_duplicates_nothing() {
     let cluster = RedisCluster::start();
-    let rw = connect(&cluster);
+    let rw = cluster.connect();
     let name = "migrate";
     let slot = cluster.keyslot(name);
     let from = cluster.master_of_slot(slot);
@@ -287,7 +281,7 @@ fn a_queue_slot_migrated_while_offering_and_taking_loses_and_duplicates_nothing(
 #[test]
 fn wait_replicas_on_a_server_without_replicas_is_a_typed_error_after_the_write() {
     let server = support::RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw
         .queue_with::<String>(
             "no-replicas",
@@ -331,7 +325,7 @@ fn wait_subscribed(cluster: &RedisCluster, port: u16, channel: &str) {
 #[test]
 fn wake_ups_follow_a_queue_to_its_new_master_after_a_move_and_a_failover() {
     let mut cluster = RedisCluster::start();
-    let rw = connect(&cluster);
+    let rw = cluster.connect();
     let name = "follow";
     let channel = format!("redwheel:{{{name}}}:wake");
     let slot = cluster.keyslot(name);

@@ -7,14 +7,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redwheel::{ErrorKind, LostCause, Redwheel};
+use redwheel::{ErrorKind, LostCause};
 use support::{RedisServer, within};
 
 const HANG: Duration = Duration::from_secs(60);
-
-fn connect(server: &RedisServer) -> Redwheel {
-    Redwheel::connect(&server.url()).unwrap()
-}
 
 fn raw(server: &RedisServer) -> redis::Connection {
     redis::Client::open(server.url())
@@ -33,7 +29,7 @@ fn lock_handles_are_shared_between_threads() {
 #[test]
 fn a_held_lock_excludes_another_instance_and_dropping_the_guard_frees_it() {
     let server = RedisServer::start();
-    let (a, b) = (connect(&server), connect(&server));
+    let (a, b) = (server.connect(), server.connect());
     let guard = a.lock("excl").lock().unwrap();
     assert!(a.lock("excl").is_locked().unwrap());
     assert!(b.lock("excl").try_lock(Duration::ZERO).unwrap().is_none());
@@ -53,7 +49,7 @@ fn a_held_lock_excludes_another_instance_and_dropping_the_guard_frees_it() {
 #[test]
 fn a_thread_re_enters_its_lock_and_the_last_unlock_frees_it() {
     let server = RedisServer::start();
-    let (a, b) = (connect(&server), connect(&server));
+    let (a, b) = (server.connect(), server.connect());
     let lock = a.lock("reentrant");
     let first = lock.lock().unwrap();
     // Another handle of the same name, same thread: a re-entry.
@@ -86,7 +82,7 @@ fn a_thread_re_enters_its_lock_and_the_last_unlock_frees_it() {
 #[test]
 fn every_acquisition_gets_a_greater_fencing_token() {
     let server = RedisServer::start();
-    let (a, b) = (connect(&server), connect(&server));
+    let (a, b) = (server.connect(), server.connect());
     let mut last = 0;
     for i in 0..50 {
         let rw = if i % 2 == 0 { &a } else { &b };
@@ -108,7 +104,7 @@ fn every_acquisition_gets_a_greater_fencing_token() {
 #[test]
 fn the_watchdog_lease_is_the_ttl_right_after_acquisition() {
     let server = RedisServer::start();
-    let rw = connect(&server);
+    let rw = server.connect();
     let g = rw
         .lock("ttl")
         .watchdog_lease(Duration::from_secs(7))
@@ -127,7 +123,7 @@ fn the_watchdog_lease_is_the_ttl_right_after_acquisition() {
 #[test]
 fn bad_names_and_leases_are_invalid_input_and_nothing_is_sent() {
     let server = RedisServer::start();
-    let rw = connect(&server);
+    let rw = server.connect();
     for name in ["", "a{b}", "x\n"] {
         let e = rw.lock(name).lock().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidName, "{name:?}: {e}");
@@ -159,7 +155,7 @@ fn bad_names_and_leases_are_invalid_input_and_nothing_is_sent() {
 #[test]
 fn an_explicit_lease_lapses_and_the_late_unlock_is_lock_lost() {
     let server = RedisServer::start();
-    let (a, b) = (connect(&server), connect(&server));
+    let (a, b) = (server.connect(), server.connect());
     let first = a
         .lock("lease")
         .lock_with_lease(Duration::from_millis(200))
@@ -196,7 +192,7 @@ fn an_explicit_lease_lapses_and_the_late_unlock_is_lock_lost() {
 #[test]
 fn force_unlock_frees_the_lock_and_the_holder_learns_it_lost_the_lease() {
     let server = RedisServer::start();
-    let (a, b) = (connect(&server), connect(&server));
+    let (a, b) = (server.connect(), server.connect());
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
     let guard = a
@@ -232,7 +228,7 @@ fn force_unlock_frees_the_lock_and_the_holder_learns_it_lost_the_lease() {
 #[test]
 fn a_waiter_is_woken_by_the_unlock_not_by_its_lease_bound() {
     let server = RedisServer::start();
-    let (holder, waiter) = (connect(&server), connect(&server));
+    let (holder, waiter) = (server.connect(), server.connect());
     // A 60 s lease, no watchdog: the waiter's own bound is a minute away,
     // past the hang guard, so only the unlock's notification can wake it.
     let guard = holder
@@ -282,7 +278,7 @@ fn a_waiter_is_woken_by_the_unlock_not_by_its_lease_bound() {
 #[test]
 fn one_unlock_wakes_one_waiter_of_a_process() {
     let server = RedisServer::start();
-    let (holder, waiters) = (connect(&server), connect(&server));
+    let (holder, waiters) = (server.connect(), server.connect());
     let guard = holder
         .lock("one")
         .lock_with_lease(Duration::from_secs(60))
@@ -346,7 +342,7 @@ fn one_unlock_wakes_one_waiter_of_a_process() {
 #[test]
 fn try_lock_gives_up_after_its_wait() {
     let server = RedisServer::start();
-    let (a, b) = (connect(&server), connect(&server));
+    let (a, b) = (server.connect(), server.connect());
     let _g = a.lock("busy").lock().unwrap();
     let r = within(HANG, move || {
         b.lock("busy")

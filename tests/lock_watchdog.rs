@@ -14,10 +14,6 @@ use support::{RedisServer, within};
 
 const HANG: Duration = Duration::from_secs(60);
 
-fn connect(server: &RedisServer) -> Redwheel {
-    Redwheel::connect(&server.url()).unwrap()
-}
-
 fn lost_flag(rw: &Redwheel, name: &str, lease: Duration) -> (redwheel::Lock, Arc<AtomicBool>) {
     let lost = Arc::new(AtomicBool::new(false));
     let l = Arc::clone(&lost);
@@ -31,7 +27,7 @@ fn lost_flag(rw: &Redwheel, name: &str, lease: Duration) -> (redwheel::Lock, Arc
 #[test]
 fn a_holder_that_lives_five_leases_keeps_the_lock() {
     let server = RedisServer::start();
-    let (rw, other) = (connect(&server), connect(&server));
+    let (rw, other) = (server.connect(), server.connect());
     let (lock, lost) = lost_flag(&rw, "long", Duration::from_secs(1));
     let g = lock.lock().unwrap();
     let renewals = rw.lock_stats().renewals;
@@ -58,7 +54,7 @@ fn a_holder_that_lives_five_leases_keeps_the_lock() {
 #[test]
 fn renewals_stay_on_time_while_a_slow_task_holds_the_wheel_thread() {
     let server = RedisServer::start();
-    let rw = connect(&server);
+    let rw = server.connect();
     let (lock, lost) = lost_flag(&rw, "stall", Duration::from_millis(600));
     let g = lock.lock().unwrap();
     redwheel::test_support::stall_wheel(&rw, Duration::from_millis(1_800));
@@ -76,7 +72,7 @@ fn renewals_stay_on_time_while_a_slow_task_holds_the_wheel_thread() {
 #[test]
 fn renewals_stay_on_time_while_application_threads_are_busy() {
     let server = RedisServer::start();
-    let rw = connect(&server);
+    let rw = server.connect();
     let (lock, lost) = lost_flag(&rw, "busy", Duration::from_millis(600));
     let g = lock.lock().unwrap();
     let renewals = rw.lock_stats().renewals;
@@ -110,7 +106,7 @@ fn renewals_stay_on_time_while_application_threads_are_busy() {
 #[test]
 fn a_lock_taken_after_a_reentrant_lock_and_unlock_stays_renewed() {
     let server = RedisServer::start();
-    let rw = connect(&server);
+    let rw = server.connect();
     let lease = Duration::from_millis(500);
     let (lock, lost) = lost_flag(&rw, "lw10", lease);
     {
@@ -139,7 +135,7 @@ fn a_lock_taken_after_a_reentrant_lock_and_unlock_stays_renewed() {
 #[test]
 fn renewals_crossing_unlocks_never_mark_the_next_hold_lost() {
     let server = RedisServer::start();
-    let rw = connect(&server);
+    let rw = server.connect();
     let (lock, lost) = lost_flag(&rw, "race", Duration::from_millis(300));
     let rounds = rw.lock_stats().renewal_rounds;
     let mut n = 0;
@@ -175,7 +171,7 @@ fn renewals_crossing_unlocks_never_mark_the_next_hold_lost() {
 #[test]
 fn a_shut_down_holder_stops_renewing_and_the_lock_lapses() {
     let server = RedisServer::start();
-    let rw = connect(&server);
+    let rw = server.connect();
     let (lost_tx, lost_rx) = mpsc::channel();
     let lost_tx = Mutex::new(lost_tx);
     let lock = rw
@@ -190,7 +186,7 @@ fn a_shut_down_holder_stops_renewing_and_the_lock_lapses() {
     // The guard learns, without Redis, that its lease ran out.
     assert_eq!(lost_rx.recv_timeout(HANG).unwrap(), LostCause::Expired);
     assert!(g.is_lost());
-    let other = connect(&server);
+    let other = server.connect();
     let token2 = within(HANG, move || {
         other.lock("expire").lock().unwrap().fencing_token()
     });
@@ -203,7 +199,7 @@ fn a_shut_down_holder_stops_renewing_and_the_lock_lapses() {
 #[test]
 fn a_thousand_held_locks_are_renewed_in_one_round_per_period() {
     let server = RedisServer::start();
-    let rw = connect(&server);
+    let rw = server.connect();
     let guards: Vec<_> = (0..1_000)
         .map(|i| {
             rw.lock(&format!("many-{i}"))

@@ -15,7 +15,7 @@ const HANG: Duration = Duration::from_secs(120);
 #[test]
 fn redis_killed_and_restarted_mid_test_loses_nothing() {
     let mut server = RedisServer::with_appendonly();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw.queue::<String>("restart").unwrap();
     let n = 200u64;
     let mut offered = HashSet::new();
@@ -80,7 +80,7 @@ fn redis_killed_and_restarted_mid_test_loses_nothing() {
 fn delivery_continues_after_the_wake_path_is_cut() {
     let server = RedisServer::start();
     let guard = Duration::from_millis(500);
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw
         .queue_with::<String>("cut", QueueOptions::default().guard_interval(guard))
         .unwrap();
@@ -124,7 +124,7 @@ fn delivery_continues_after_the_wake_path_is_cut() {
 #[test]
 fn the_guard_sweep_runs_without_any_wake_up() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw
         .queue_with::<String>(
             "sweep",
@@ -142,7 +142,7 @@ fn the_guard_sweep_runs_without_any_wake_up() {
 #[test]
 fn a_blocked_take_returns_shutdown_promptly() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw.queue::<String>("shut").unwrap();
     let (started_tx, started_rx) = mpsc::channel();
     let consumer = {
@@ -199,7 +199,7 @@ fn connecting_to_nothing_is_a_transient_error_and_a_bad_url_is_not() {
 #[test]
 fn invalid_queue_names_are_rejected() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let long = "n".repeat(201);
     for name in [
         "",
@@ -221,7 +221,7 @@ fn invalid_queue_names_are_rejected() {
 #[test]
 fn invalid_options_are_rejected() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     for opts in [
         QueueOptions::default().transfer_batch(0),
         QueueOptions::default().transfer_batch(4_001),
@@ -243,7 +243,7 @@ fn invalid_options_are_rejected() {
 #[test]
 fn delays_that_overflow_are_rejected_and_nothing_is_written() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw.queue::<String>("overflow").unwrap();
     let x = "x".to_string();
     for delay in [
@@ -282,7 +282,7 @@ fn delays_that_overflow_are_rejected_and_nothing_is_written() {
 #[test]
 fn payloads_over_the_limit_are_rejected() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw
         .queue_with::<Vec<u8>>("big", QueueOptions::default().max_payload_bytes(16))
         .unwrap();
@@ -308,7 +308,7 @@ fn payloads_over_the_limit_are_rejected() {
 #[test]
 fn invalid_message_ids_are_rejected_by_remove() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw.queue::<String>("ids").unwrap();
     for id in [String::new(), "i".repeat(129)] {
         let err = q.remove(&MessageId::from(id)).unwrap_err();
@@ -319,7 +319,7 @@ fn invalid_message_ids_are_rejected_by_remove() {
 #[test]
 fn an_undecodable_payload_is_a_typed_error_naming_the_message_and_it_is_not_lost() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let raw = rw.queue::<Vec<u8>>("decode").unwrap();
     let text = rw.queue::<String>("decode").unwrap();
     let bad = raw.offer(&vec![0xff, 0xfe, 0x00], Duration::ZERO).unwrap();
@@ -429,7 +429,7 @@ fn an_offer_to_a_frozen_redis_is_sent_once_and_reported_as_outcome_unknown() {
 #[test]
 fn removing_a_dead_letter_removes_every_trace_and_len_stays_exact() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let bytes = rw.queue::<Vec<u8>>("dead-remove").unwrap();
     let text = rw.queue::<String>("dead-remove").unwrap();
     let bad = bytes.offer(&vec![0xff], Duration::ZERO).unwrap();
@@ -456,7 +456,7 @@ fn removing_a_dead_letter_removes_every_trace_and_len_stays_exact() {
 #[test]
 fn delivery_resumes_after_a_restart_without_waiting_for_a_sweep() {
     let mut server = RedisServer::with_appendonly();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw
         .queue_with::<String>(
             "resume",

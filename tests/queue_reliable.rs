@@ -16,7 +16,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn setup() -> (RedisServer, Redwheel) {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     (server, rw)
 }
 

@@ -199,9 +199,7 @@ fn redis_killed_and_restarted_during_consumption_loses_nothing() {
 #[test]
 fn a_cluster_master_failover_during_consumption_loses_no_confirmed_offer() {
     let mut cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let rw = Redwheel::connect_cluster(&seeds).unwrap();
+    let rw = cluster.connect();
     let name = "failover-claims";
     let q = rw
         .queue_with::<String>(

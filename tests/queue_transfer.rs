@@ -57,7 +57,7 @@ fn messages_offered_by_a_process_that_exited_are_delivered_by_a_later_one() {
         "nobody moved them yet"
     );
     // A process started later moves the overdue ones at start.
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw.queue::<String>("handover").unwrap();
     let got: Vec<String> = within(Duration::from_secs(60), move || {
         (0..10).map(|_| q.take().unwrap().into_payload()).collect()
@@ -71,14 +71,14 @@ fn messages_offered_by_a_process_that_exited_are_delivered_by_a_later_one() {
 #[test]
 fn overdue_messages_move_at_start_without_a_wake_up() {
     let server = RedisServer::start();
-    let first = Redwheel::connect(&server.url()).unwrap();
+    let first = server.connect();
     let q = first.queue::<String>("restart").unwrap();
     q.offer(&"a".to_string(), Duration::from_millis(1)).unwrap();
     first.shutdown(Duration::from_secs(5)).unwrap();
     drop(q);
     drop(first);
     // A guard sweep of an hour: only the start-up transfer can move it.
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw
         .queue_with::<String>(
             "restart",
@@ -93,9 +93,7 @@ fn overdue_messages_move_at_start_without_a_wake_up() {
 fn four_transfer_tasks_move_one_queue_without_duplicates() {
     const N: usize = 100_000;
     let server = RedisServer::start();
-    let instances: Vec<Redwheel> = (0..4)
-        .map(|_| Redwheel::connect(&server.url()).unwrap())
-        .collect();
+    let instances: Vec<Redwheel> = (0..4).map(|_| server.connect()).collect();
     let queues: Vec<_> = instances
         .iter()
         .map(|rw| {
@@ -170,7 +168,7 @@ fn four_transfer_tasks_move_one_queue_without_duplicates() {
 #[test]
 fn a_wake_up_that_fires_early_reschedules_instead_of_spinning() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     // No guard sweep during the test: only wake-ups and wheel timeouts.
     let q = rw
         .queue_with::<String>(
@@ -212,7 +210,7 @@ fn a_backlog_moves_in_bounded_batches_back_to_back() {
     let server = RedisServer::start();
     // Offered by a process that stops well before they fall due, so no
     // transfer task is running when they do.
-    let offerer = Redwheel::connect(&server.url()).unwrap();
+    let offerer = server.connect();
     let oq = offerer.queue::<String>("backlog").unwrap();
     let msgs: Vec<(String, Duration)> = (0..1_000)
         .map(|i| (i.to_string(), Duration::from_millis(1_000)))
@@ -226,7 +224,7 @@ fn a_backlog_moves_in_bounded_batches_back_to_back() {
     assert_eq!(server.int(&["ZCARD", "redwheel:{backlog}:delayed"]), 1_000);
     // A new process with a batch of 10 moves the 1,000 at start, in runs of
     // at most 10, one straight after another.
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     let q = rw
         .queue_with::<String>("backlog", QueueOptions::default().transfer_batch(10))
         .unwrap();
@@ -250,7 +248,7 @@ fn a_backlog_moves_in_bounded_batches_back_to_back() {
 #[test]
 fn wake_ups_still_arrive_after_the_subscriber_has_idled() {
     let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).unwrap();
+    let rw = server.connect();
     // No guard sweep: only a wake-up can schedule these messages.
     let q = rw
         .queue_with::<String>(

@@ -7,7 +7,6 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redwheel::Redwheel;
 use support::{RedisServer, within};
 use tracing_subscriber::fmt::format::FmtSpan;
 
@@ -43,7 +42,7 @@ impl Log {
 fn each_round_trip_closes_a_debug_span_with_op_target_batch_and_duration() {
     within(HANG, || {
         let server = RedisServer::start();
-        let rw = Redwheel::connect(&server.url()).unwrap();
+        let rw = server.connect();
         let log = Log::default();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::DEBUG)

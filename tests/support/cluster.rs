@@ -113,6 +113,14 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// A `Redwheel` connected to the cluster through every node, with
+    /// default options.
+    pub fn connect(&self) -> redwheel::Redwheel {
+        let urls = self.urls();
+        let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+        redwheel::Redwheel::connect_cluster(&seeds).unwrap()
+    }
+
     /// The node listening on `port`.
     pub fn node(&self, port: u16) -> &RedisServer {
         self.nodes

@@ -11,6 +11,8 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -99,6 +101,11 @@ impl RedisServer {
     /// The server's URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A `Redwheel` connected to it with default options.
+    pub fn connect(&self) -> redwheel::Redwheel {
+        redwheel::Redwheel::connect(&self.url()).unwrap()
     }
 
     /// The port.
