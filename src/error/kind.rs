@@ -17,6 +17,10 @@ use std::fmt;
 ///   not take effect; [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) means
 ///   it may have;
 /// * everything else is final for the call that got it.
+///
+/// [`Error`]: crate::Error
+/// [`Error::is_invalid_input`]: crate::Error::is_invalid_input
+/// [`Error::is_transient`]: crate::Error::is_transient
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -38,6 +42,8 @@ pub enum ErrorKind {
     Encode,
     /// A message's payload could not be decoded. The message was not lost:
     /// it is kept as a dead letter. [`Error::message_id`] names it.
+    ///
+    /// [`Error::message_id`]: crate::Error::message_id
     Decode,
     /// A lock's lease was lost while it was held: it lapsed (the holder
     /// could not renew it in time) or the lock was taken from it

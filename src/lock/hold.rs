@@ -1,4 +1,5 @@
-//! Holds and the renewal groups they belong to.
+//! Holds and the renewal groups they belong to: a hold's state machine,
+//! and group membership (the renewal round itself is `renewal.rs`).
 //!
 //! # Ground rules
 //!

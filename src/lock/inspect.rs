@@ -1,7 +1,7 @@
 //! Read-only inspection of locks for operators (the `redwheel`
 //! command-line tool): which locks are held, by whom, for how long, and
 //! their fencing tokens. Every key name comes from the lock's `Keys` (in
-//! `state.rs`), the one home of the layout.
+//! `keys.rs`), the one home of the layout.
 
 use std::collections::BTreeSet;
 

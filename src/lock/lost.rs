@@ -15,6 +15,8 @@ pub enum LostCause {
     /// explicit lease ran out): the lock may be someone else's by now.
     Expired,
     /// [`Lock::force_unlock`] in this process released it.
+    ///
+    /// [`Lock::force_unlock`]: crate::Lock::force_unlock
     ForceUnlocked,
 }
 
@@ -35,7 +37,7 @@ impl fmt::Display for LostCause {
     }
 }
 
-/// What an [`on_lost`](Lock::on_lost) callback is told.
+/// What an [`on_lost`](crate::Lock::on_lost) callback is told.
 #[derive(Debug, Clone)]
 pub struct LeaseLost {
     pub(crate) name: String,

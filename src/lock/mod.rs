@@ -26,13 +26,11 @@
 //! again, and it is released when every guard is gone. A [`LockGuard`] is
 //! therefore not `Send`: it belongs to the thread that locked.
 //!
-//! | key | type | holds |
-//! | --- | --- | --- |
-//! | `redwheel:lock:{L}` | HASH | owner → hold count, `token` → fencing token; TTL = lease |
-//! | `redwheel:lock:{L}:fence` | STRING | the last fencing token handed out (no TTL) |
-//! | `redwheel:lock:{L}:unlock` | channel | the token of each release |
-//!
-//! All three share the hash tag `{L}`: every script touches one slot.
+//! Beside it, `redwheel:lock:{L}:fence` keeps the last fencing token handed
+//! out, and `redwheel:lock:{L}:unlock` is the channel releases are
+//! announced on. All three share the hash tag `{L}`: every script touches
+//! one slot. The repository's `ARCHITECTURE.md` ("Redis keys and scripts")
+//! lists every key with the scripts that write it.
 //!
 //! # The watchdog
 //!
@@ -98,6 +96,9 @@
 //! channel up within about 100 ms); every waiter tries again once the
 //! subscription is in effect, so an unlock in between is not missed. The
 //! lock is not fair: a woken waiter races with newcomers.
+//!
+//! [`ErrorKind::LockLost`]: crate::ErrorKind::LockLost
+//! [`Redwheel`]: crate::Redwheel
 
 mod acquire;
 mod ctx;

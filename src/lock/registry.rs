@@ -14,6 +14,8 @@ use super::state::LockState;
 use crate::runtime::{Deadline, Runtime, Subscription};
 
 /// What the locks of one [`Redwheel`] did so far (diagnostics, benchmarks).
+///
+/// [`Redwheel`]: crate::Redwheel
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockStats {

@@ -6,7 +6,7 @@
 //! is registered, so inspecting a queue never moves, redelivers or kills a
 //! message (a transfer run by the inspecting process would apply its own
 //! `max_deliveries`). Every key name comes from the queue's `Keys` (in
-//! `state.rs`), the one home of the layout.
+//! `keys.rs`), the one home of the layout.
 
 use std::collections::BTreeSet;
 

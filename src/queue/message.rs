@@ -7,6 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The id of a message, unique across processes; returned by `offer`,
 /// accepted by [`Queue::remove`], or chosen by the caller with
 /// [`Queue::offer_with_id`].
+///
+/// [`Queue::offer_with_id`]: crate::Queue::offer_with_id
+/// [`Queue::remove`]: crate::Queue::remove
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MessageId(pub(crate) String);
 
@@ -49,6 +52,9 @@ impl AsRef<str> for MessageId {
 }
 
 /// A message handed to a consumer by [`Queue::take`] or [`Queue::poll`].
+///
+/// [`Queue::poll`]: crate::Queue::poll
+/// [`Queue::take`]: crate::Queue::take
 #[derive(Debug, Clone)]
 pub struct Message<T> {
     pub(super) id: MessageId,

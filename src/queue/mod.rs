@@ -8,19 +8,12 @@
 //!
 //! # Redis layout (queue `N`)
 //!
-//! | key | type | holds |
-//! | --- | --- | --- |
-//! | `redwheel:{N}:delayed` | ZSET | message id → due time (epoch ms, Redis server clock) |
-//! | `redwheel:{N}:msg` | HASH | message id → `"<due ms>:<payload bytes>"` |
-//! | `redwheel:{N}:ready` | LIST | ids that are due, in due order |
-//! | `redwheel:{N}:inflight` | ZSET | claimed ids → visibility deadline (ms) |
-//! | `redwheel:{N}:lease` | HASH | claimed id → token of its current claim |
-//! | `redwheel:{N}:attempts` | HASH | id → deliveries so far |
-//! | `redwheel:{N}:dead` | ZSET | dead ids (delivery limit reached, or undecodable) → when they died (ms) |
-//! | `redwheel:{N}:reason` | HASH | dead id → why it died |
-//! | `redwheel:{N}:counts` | HASH | `delivered` → messages handed out by take and claim so far |
-//! | `redwheel:{N}:stale` | HASH | id → entries of `ready` left by a message removed after its transfer (skipped) |
-//! | `redwheel:{N}:wake` | channel | a new earliest due time (ms) |
+//! Eleven keys, `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`,
+//! `:lease`, `:attempts`, `:dead`, `:reason`, `:counts`, `:stale` and the
+//! `:wake` channel, all under the hash tag `{N}`, so every script of a
+//! queue touches one cluster slot. What each holds and which scripts write
+//! it is in the one table of the repository's `ARCHITECTURE.md` ("Redis
+//! keys and scripts").
 //!
 //! Every state change is one Lua script (`lua/*.lua` in the repository):
 //! offer, batch offer, transfer, remove, clear, take, park, claim, ack,
@@ -51,6 +44,7 @@
 //!
 //! [`ErrorKind::Unavailable`]: crate::ErrorKind::Unavailable
 //! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown
+//! [`Redwheel`]: crate::Redwheel
 
 mod claim;
 mod codec;
@@ -90,6 +84,9 @@ pub use self::stats::QueueStats;
 /// Checks a queue name as [`Redwheel::queue`] does, without Redis: non-empty,
 /// at most [`MAX_NAME_LEN`] bytes, no `{` or `}` (they delimit the hash
 /// tag), no control characters. Fails with [`ErrorKind::InvalidName`].
+///
+/// [`ErrorKind::InvalidName`]: crate::ErrorKind::InvalidName
+/// [`Redwheel::queue`]: crate::Redwheel::queue
 pub fn validate_name(name: &str) -> Result<(), Error> {
     keys::validate_name(name)
 }

@@ -13,6 +13,8 @@ const MAX_GUARD_INTERVAL: Duration = Duration::from_secs(86_400);
 const MAX_PAYLOAD_LIMIT: usize = 512 << 20;
 
 /// Options of one queue, for [`Redwheel::queue_with`].
+///
+/// [`Redwheel::queue_with`]: crate::Redwheel::queue_with
 #[derive(Debug, Clone)]
 pub struct QueueOptions {
     pub(crate) transfer_batch: usize,
@@ -71,6 +73,8 @@ impl QueueOptions {
     /// asynchronously. `timeout` is 1 ms ..= 60 s and must leave room within
     /// [`command_timeout`](crate::RedwheelOptions::command_timeout).
     /// Default: no waiting.
+    ///
+    /// [`Queue::offer_with_id`]: crate::Queue::offer_with_id
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.wait_replicas = Some((replicas, timeout));
         self
@@ -79,6 +83,8 @@ impl QueueOptions {
     /// How long a claimed message stays hidden from other consumers
     /// ([`Queue::claim`]): not acked within this, it is delivered again.
     /// 1 ms ..= 1 day; default 30 s. Each handle uses its own.
+    ///
+    /// [`Queue::claim`]: crate::Queue::claim
     pub fn visibility(mut self, d: Duration) -> Self {
         self.visibility = d;
         self
@@ -150,6 +156,8 @@ impl QueueOptions {
 }
 
 /// Settings of a [`Consumer`] pool.
+///
+/// [`Consumer`]: crate::Consumer
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {
     pub(super) concurrency: usize,
@@ -222,6 +230,8 @@ impl ConsumerOptions {
 
     /// How long dropping the [`Consumer`] waits for running handlers.
     /// Default 10 s.
+    ///
+    /// [`Consumer`]: crate::Consumer
     pub fn shutdown_grace(mut self, d: Duration) -> Self {
         self.shutdown_grace = d;
         self

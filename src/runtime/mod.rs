@@ -2,11 +2,12 @@
 //!
 //! One `Redwheel` owns:
 //!
-//! * **the driver** (`driver.rs`): a 1 ms hashed wheel and a thread that
+//! * **the driver** (`driver/`): a 1 ms hashed wheel and a thread that
 //!   runs *due work* at Redis deadlines, the one place where a deadline on
 //!   the server's clock becomes a wheel timeout (coalescing per key, guard
 //!   sweeps, retries with backoff, a run of everything after a reconnect);
-//! * **connections** (`pool.rs`): a pool for short commands, so many
+//! * **connections** (`endpoint.rs`, `conn.rs`, `pool.rs`, and `cluster/`
+//!   on a Redis Cluster): a pool for short commands, so many
 //!   threads can write at once, a second pool for blocking reads (each
 //!   blocked caller holds its own connection, blocking server-side for at
 //!   most [`RedwheelOptions::max_block`] at a time so shutdown is prompt),
@@ -23,6 +24,9 @@
 //! * the driver thread: all Redis I/O of due work, one pipelined round trip
 //!   per connection per round;
 //! * the subscriber thread.
+//!
+//! `ARCHITECTURE.md` at the root of the repository maps every file.
+
 mod backoff;
 mod cluster;
 mod conn;

@@ -7,6 +7,8 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind};
 
 /// Connection settings of a [`Redwheel`].
+///
+/// [`Redwheel`]: crate::Redwheel
 #[derive(Clone)]
 pub struct RedwheelOptions {
     pub(crate) connect_timeout: Duration,

@@ -69,6 +69,12 @@ impl Redwheel {
     /// [`ErrorKind::Tls`] for a failed handshake and
     /// [`ErrorKind::Protocol`] when the server is not Redis. Only
     /// `Unavailable` is worth retrying.
+    ///
+    /// [`ErrorKind::Authentication`]: crate::ErrorKind::Authentication
+    /// [`ErrorKind::InvalidUrl`]: crate::ErrorKind::InvalidUrl
+    /// [`ErrorKind::Protocol`]: crate::ErrorKind::Protocol
+    /// [`ErrorKind::Tls`]: crate::ErrorKind::Tls
+    /// [`ErrorKind::Unavailable`]: crate::ErrorKind::Unavailable
     pub fn connect(url: &str) -> Result<Redwheel, Error> {
         Redwheel::connect_with(url, RedwheelOptions::default())
     }
@@ -184,6 +190,8 @@ impl Redwheel {
     /// [`RedwheelOptions::max_block`]. Everything stored stays in Redis;
     /// another process (or a later `Redwheel`) carries on. A second call
     /// returns at once.
+    ///
+    /// [`ErrorKind::Shutdown`]: crate::ErrorKind::Shutdown
     pub fn shutdown(&self, timeout: Duration) -> Result<(), Error> {
         self.handle.rt.shutdown(timeout)
     }
