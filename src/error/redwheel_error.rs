@@ -25,6 +25,25 @@ pub type CodecError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// (a `redis::RedisError`, a codec's error, a [`TimerError`] or an
 /// `io::Error`), for downcasting.
 ///
+/// ```no_run
+/// use std::time::Duration;
+/// use redwheel::{ErrorKind, Redwheel};
+///
+/// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+/// let q = rw.queue::<String>("orders")?;
+/// match q.offer(&"order-42".to_string(), Duration::from_secs(60)) {
+///     Ok(id) => println!("queued as {id}"),
+///     // Nothing was written: safe to retry as is.
+///     Err(e) if e.kind() == ErrorKind::Unavailable => { /* retry later */ }
+///     // It may have been written: retry with offer_with_id to write it once.
+///     Err(e) if e.is_outcome_unknown() => { /* … */ }
+///     // The call was wrong (too large, a bad delay): fix the input.
+///     Err(e) if e.is_invalid_input() => eprintln!("{e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), redwheel::Error>(())
+/// ```
+///
 /// [`is_transient`]: Error::is_transient
 /// [`is_invalid_input`]: Error::is_invalid_input
 pub struct Error {

@@ -47,6 +47,21 @@ impl Lock {
     /// [`ErrorKind::OutcomeUnknown`] the last attempt may have taken the
     /// lock in Redis, unrenewed: it then lapses within the lease (a later
     /// `lock` by the same thread takes it over at once).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// match rw.lock("nightly-report").try_lock(Duration::ZERO)? {
+    ///     Some(guard) => {
+    ///         // … only one process runs the report …
+    ///         guard.unlock()?;
+    ///     }
+    ///     None => { /* another process is on it */ }
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn try_lock(&self, wait: Duration) -> Result<Option<LockGuard>, Error> {
         let lease = self.checked_watchdog_lease()?;
         self.acquire(Some(wait), lease, true)
@@ -55,6 +70,18 @@ impl Lock {
     /// As [`lock`](Lock::lock), with an explicit lease and no watchdog: the
     /// lock lapses `lease` after it was taken (1 ms ..= 365 days, whole ms)
     /// unless unlocked before.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// // Nothing renews it: if this process dies, the lock is free 10 s later.
+    /// let guard = rw.lock("cache-rebuild").lock_with_lease(Duration::from_secs(10))?;
+    /// // … finish well within the lease, or check guard.is_lost() …
+    /// drop(guard);
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
         let lease = self.checked_lease(lease, Duration::from_millis(1), "lease")?;
         self.acquire(None, lease, false)?

@@ -50,6 +50,19 @@ impl LockGuard {
     /// earlier acquisition's of the same lock name (a re-entry shares its
     /// hold's token). Give it to the store you write to, so it can reject
     /// writes from a holder whose lease was lost.
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let guard = rw.lock("account:7").lock()?;
+    /// let token = guard.fencing_token();
+    /// // The store keeps the highest token it has seen and refuses lower ones:
+    /// // `UPDATE accounts SET …, fence = $token WHERE id = 7 AND fence <= $token`
+    /// # let _ = token;
+    /// guard.unlock()?;
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.hold.token()
     }
@@ -69,6 +82,21 @@ impl LockGuard {
     /// idempotent) for up to the command timeout; if Redis stays
     /// unreachable the error is returned and the lock lapses at the end of
     /// its lease, its renewal already stopped.
+    ///
+    /// ```no_run
+    /// use redwheel::{ErrorKind, Redwheel};
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let guard = rw.lock("account:7").lock()?;
+    /// // … the critical section …
+    /// match guard.unlock() {
+    ///     Ok(()) => {}
+    ///     // Someone else may have held it meanwhile: undo or check what was written.
+    ///     Err(e) if e.kind() == ErrorKind::LockLost => eprintln!("{e}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn unlock(mut self) -> Result<(), Error> {
         self.release()
     }

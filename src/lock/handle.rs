@@ -92,6 +92,18 @@ impl Lock {
     /// Runs `f` once for each hold taken through this handle that is lost
     /// (see the module docs), on a thread of its own: never on the wheel or
     /// driver thread. Keep it short; a panic in it is caught and logged.
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let lock = rw.lock("leader").on_lost(|lost| {
+    ///     eprintln!("lost {} (token {}): {}", lost.name(), lost.fencing_token(), lost.cause());
+    /// });
+    /// let guard = lock.lock()?;
+    /// # drop(guard);
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn on_lost(mut self, f: impl Fn(&LeaseLost) + Send + Sync + 'static) -> Lock {
         self.on_lost = Some(Arc::new(f));
         self
@@ -126,6 +138,16 @@ impl Lock {
     /// was held. Holds of this process are marked lost at once; those of
     /// other processes when their next renewal (or unlock) finds the lock
     /// gone. An operator's tool: the holder is not asked.
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// // An operator clears a lock left by a wedged process.
+    /// let was_held = rw.lock("inventory:42").force_unlock()?;
+    /// # let _ = was_held;
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn force_unlock(&self) -> Result<bool, Error> {
         let st = self.valid_state()?;
         let span = telemetry::lock_op("lock_force_release", &st.name);

@@ -31,6 +31,16 @@ impl Redwheel {
     /// Every lock held now whose name matches the Redis glob `pattern`
     /// (`*` for all), sorted by name. Runs `SCAN` over the whole keyspace
     /// (every master of a cluster): meant for operators, not a hot path.
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// for l in rw.find_locks("inventory:*")? {
+    ///     println!("{l:?}");
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn find_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
         let rt = self.runtime();
         let found = rt.scan_masters(&Keys::scan_pattern(pattern))?;

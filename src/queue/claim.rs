@@ -46,6 +46,25 @@ impl<T: Codec> Queue<T> {
     /// Blocks like `take` (woken when a message lands, not by polling). A
     /// payload that cannot be decoded is moved to the dead letters with the
     /// decode error, and this returns [`ErrorKind::Decode`] naming it.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::{ErrorKind, Redwheel};
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("emails")?;
+    /// if let Some(d) = q.claim(Duration::from_secs(1))? {
+    ///     match send(d.payload()) {
+    ///         Ok(()) => d.ack()?,
+    ///         Err(_) => {
+    ///             d.nack(Duration::from_secs(30))?; // again in 30 s, or a dead letter
+    ///         }
+    ///     }
+    /// }
+    /// # fn send(_: &str) -> Result<(), ()> { Ok(()) }
+    /// # let _ = ErrorKind::StaleDelivery;
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn claim(&self, wait: Duration) -> Result<Option<Delivery<T>>, Error> {
         let mut batch = self.claim_some(1, wait)?;
         match batch.pop() {
@@ -60,6 +79,20 @@ impl<T: Codec> Queue<T> {
     /// for the first; returns what was ready then (possibly fewer than `n`,
     /// never an empty vector unless none came). Undecodable payloads are
     /// moved to the dead letters and left out (logged).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("events")?;
+    /// let batch = q.claim_batch(100, Duration::from_secs(1))?;
+    /// for d in &batch {
+    ///     // … store d.payload() …
+    ///     d.ack()?;
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn claim_batch(&self, n: usize, wait: Duration) -> Result<Vec<Delivery<T>>, Error> {
         if n == 0 || n > CLAIM_BATCH_MAX {
             return Err(self.tag(Error::new(

@@ -86,6 +86,20 @@ impl<T: Codec> Queue<T> {
 
     /// The oldest dead letters, at most `limit`: messages that reached
     /// `max_deliveries` or could not be decoded, with why.
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("emails")?;
+    /// for dl in q.dead_letters(10)? {
+    ///     println!("{}: {} after {} deliveries", dl.id(), dl.reason(), dl.attempts());
+    /// }
+    /// // The bug is fixed: give them another chance.
+    /// let requeued = q.requeue_dead(10)?;
+    /// # let _ = requeued;
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter<T>>, Error> {
         if limit == 0 {
             return Ok(Vec::new());

@@ -174,6 +174,23 @@ impl<T: Codec> Delivery<T> {
     /// Still working on it: no other consumer gets it for `visibility` from
     /// now (server clock). Fails with [`ErrorKind::StaleDelivery`] if the
     /// visibility already ended (it is never revived).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("reports")?;
+    /// if let Some(d) = q.claim(Duration::from_secs(1))? {
+    ///     for chunk in 0..10 {
+    ///         // … a long job, in steps …
+    ///         # let _ = chunk;
+    ///         d.extend(Duration::from_secs(60))?; // still mine for another minute
+    ///     }
+    ///     d.ack()?;
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn extend(&self, visibility: Duration) -> Result<(), Error> {
         let keys = &self.queue.state.keys;
         let ms = visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;

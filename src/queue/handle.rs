@@ -74,6 +74,18 @@ impl Redwheel {
     /// Fails with [`ErrorKind::InvalidName`] for an empty name, one over
     /// 200 bytes, or one holding `{`, `}` or control characters, and
     /// [`ErrorKind::InvalidOption`] for an option out of range.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::{QueueOptions, Redwheel};
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue_with::<Vec<u8>>("thumbnails", QueueOptions::default()
+    ///     .max_payload_bytes(8 << 20)
+    ///     .visibility(Duration::from_secs(300)))?;
+    /// # let _ = q;
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn queue_with<T: Codec>(
         &self,
         name: &str,

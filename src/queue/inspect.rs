@@ -86,6 +86,22 @@ impl Redwheel {
     /// Read-only access to queue `name`, without opening it (no transfer
     /// job runs). Fails with [`crate::ErrorKind::InvalidName`] for a name that
     /// `queue` would refuse.
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    /// use redwheel::queue::inspect::MessageState;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// for name in rw.find_queues()? {
+    ///     let q = rw.inspect_queue(&name)?;
+    ///     let s = q.stats()?;
+    ///     println!("{name}: {} ready, {} dead", s.ready, s.dead);
+    ///     for m in q.peek(MessageState::Dead, 3)? {
+    ///         println!("  {m:?}");
+    ///     }
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn inspect_queue(&self, name: &str) -> Result<QueueInspector, Error> {
         validate_name(name)?;
         Ok(QueueInspector {

@@ -8,6 +8,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// accepted by [`Queue::remove`], or chosen by the caller with
 /// [`Queue::offer_with_id`].
 ///
+/// ```
+/// use redwheel::MessageId;
+///
+/// let id = MessageId::from("order-42");      // an id of yours, for offer_with_id
+/// assert_eq!(id.as_str(), "order-42");
+/// let stored: String = id.into_string();     // keep it to remove the message later
+/// # let _ = stored;
+/// ```
+///
 /// [`Queue::offer_with_id`]: crate::Queue::offer_with_id
 /// [`Queue::remove`]: crate::Queue::remove
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -85,6 +85,14 @@ pub use self::stats::QueueStats;
 /// at most [`MAX_NAME_LEN`] bytes, no `{` or `}` (they delimit the hash
 /// tag), no control characters. Fails with [`ErrorKind::InvalidName`].
 ///
+/// ```
+/// use redwheel::{ErrorKind, queue};
+///
+/// assert!(queue::validate_name("orders").is_ok());
+/// let e = queue::validate_name("orders{eu}").unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::InvalidName);
+/// ```
+///
 /// [`ErrorKind::InvalidName`]: crate::ErrorKind::InvalidName
 /// [`Redwheel::queue`]: crate::Redwheel::queue
 pub fn validate_name(name: &str) -> Result<(), Error> {

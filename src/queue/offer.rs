@@ -39,6 +39,18 @@ impl<T: Codec> Queue<T> {
     /// Offers `payload`, due at `at` (wall-clock time, compared with the
     /// Redis server's clock). A time in the past is clamped to now: the
     /// message is due at once.
+    ///
+    /// ```no_run
+    /// use std::time::{Duration, SystemTime};
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let reminders = rw.queue::<String>("reminders")?;
+    /// let tomorrow = SystemTime::now() + Duration::from_secs(86_400);
+    /// let id = reminders.offer_at(&"call back".to_string(), tomorrow)?;
+    /// # let _ = id;
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn offer_at(&self, payload: &T, at: SystemTime) -> Result<MessageId, Error> {
         let bytes = self.encode(payload)?;
         let id = new_message_id();
@@ -58,6 +70,25 @@ impl<T: Codec> Queue<T> {
     ///
     /// Fails with [`ErrorKind::InvalidId`] for an empty id or one over 128
     /// bytes, and as [`offer`](Queue::offer) otherwise.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::{MessageId, Redwheel};
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("invoices")?;
+    /// // The id comes from the database row, so a retry after a crash or an
+    /// // OutcomeUnknown writes the message at most once.
+    /// let id = MessageId::from("invoice-1017");
+    /// loop {
+    ///     match q.offer_with_id(&id, &"send invoice 1017".to_string(), Duration::from_secs(3600)) {
+    ///         Ok(_added) => break, // false: it was there already
+    ///         Err(e) if e.is_transient() => std::thread::sleep(Duration::from_millis(100)),
+    ///         Err(e) => return Err(e),
+    ///     }
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn offer_with_id(
         &self,
         id: &MessageId,
@@ -104,6 +135,20 @@ impl<T: Codec> Queue<T> {
     /// each); if Redis fails midway, the chunks already written stay. For a
     /// batch that can be retried safely, use
     /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("emails")?;
+    /// let batch: Vec<(String, Duration)> = (1..=3)
+    ///     .map(|i| (format!("reminder {i}"), Duration::from_secs(60 * i)))
+    ///     .collect();
+    /// let ids = q.offer_batch(&batch)?;
+    /// assert_eq!(ids.len(), 3);
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn offer_batch(&self, messages: &[(T, Duration)]) -> Result<Vec<MessageId>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
         let limit = self.delay_limit();
@@ -141,6 +186,21 @@ impl<T: Codec> Queue<T> {
     /// nothing changed for it), so a whole batch can be retried after an
     /// error without duplicates. Checked and written as
     /// [`offer_batch`](Queue::offer_batch).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::{MessageId, Redwheel};
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("emails")?;
+    /// let batch = vec![
+    ///     (MessageId::from("welcome-7"), "welcome 7".to_string(), Duration::from_secs(10)),
+    ///     (MessageId::from("welcome-8"), "welcome 8".to_string(), Duration::from_secs(10)),
+    /// ];
+    /// let added = q.offer_batch_with_ids(&batch)?; // safe to send again after an error
+    /// assert_eq!(added.len(), 2);
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn offer_batch_with_ids(
         &self,
         messages: &[(MessageId, T, Duration)],

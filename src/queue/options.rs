@@ -14,6 +14,18 @@ const MAX_PAYLOAD_LIMIT: usize = 512 << 20;
 
 /// Options of one queue, for [`Redwheel::queue_with`].
 ///
+/// ```no_run
+/// use std::time::Duration;
+/// use redwheel::{QueueOptions, Redwheel};
+///
+/// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+/// let jobs = rw.queue_with::<String>("jobs", QueueOptions::default()
+///     .visibility(Duration::from_secs(60)) // a claim not acked within a minute comes back
+///     .max_deliveries(5)                   // the fifth failure makes it a dead letter
+///     .guard_interval(Duration::from_secs(5)))?;
+/// # Ok::<(), redwheel::Error>(())
+/// ```
+///
 /// [`Redwheel::queue_with`]: crate::Redwheel::queue_with
 #[derive(Debug, Clone)]
 pub struct QueueOptions {
@@ -156,6 +168,17 @@ impl QueueOptions {
 }
 
 /// Settings of a [`Consumer`] pool.
+///
+/// ```
+/// use std::time::Duration;
+/// use redwheel::ConsumerOptions;
+///
+/// let options = ConsumerOptions::default()
+///     .concurrency(8)                                   // eight handlers at once
+///     .handler_timeout(Duration::from_secs(120))        // past that, the message is given back
+///     .retry_backoff(Duration::from_secs(1), Duration::from_secs(60));
+/// # let _ = options;
+/// ```
 ///
 /// [`Consumer`]: crate::Consumer
 #[derive(Debug, Clone)]

@@ -17,6 +17,20 @@ impl<T: Codec> Queue<T> {
     /// marked stale, and `take` and `claim` skip it (so the id may be
     /// offered again at once without an early or second delivery). A claim
     /// in flight loses its lease: its ack finds the message gone.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("reminders")?;
+    /// let id = q.offer(&"call back".to_string(), Duration::from_secs(600))?;
+    /// // The customer called first: cancel the reminder.
+    /// if !q.remove(&id)? {
+    ///     // Too late: it was already taken (or acked).
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn remove(&self, id: &MessageId) -> Result<bool, Error> {
         check_id(id).map_err(|e| self.tag(e))?;
         let keys = &self.state.keys;

@@ -66,6 +66,19 @@ impl<T: Codec> Queue<T> {
 
     /// How many messages are in each state, in one atomic read, and how
     /// delivery is keeping up.
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("emails")?;
+    /// let s = q.stats()?;
+    /// println!("{} delayed, {} ready, {} in flight, {} dead", s.delayed, s.ready, s.in_flight, s.dead);
+    /// if let Some(late) = s.oldest_overdue {
+    ///     println!("consumers are {late:?} behind");
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn stats(&self) -> Result<QueueStats, Error> {
         let span = telemetry::queue_op("stats", &self.state.name, 0);
         let (stats, _now) = read_stats(self.rt(), &self.state.keys).map_err(|e| self.tag(e))?;

@@ -33,6 +33,18 @@ impl<T: Codec> Queue<T> {
     /// As [`take`](Queue::take), but gives up after `timeout`: `Ok(None)`
     /// when no message came. If Redis stayed unreachable until the timeout,
     /// the last connection error is returned instead.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("reminders")?;
+    /// while let Some(m) = q.poll(Duration::from_secs(1))? {
+    ///     println!("{} (due at {:?})", m.payload(), m.due());
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn poll(&self, timeout: Duration) -> Result<Option<Message<T>>, Error> {
         self.take_until(Instant::now().checked_add(timeout))
     }

@@ -8,6 +8,18 @@ use crate::error::{Error, ErrorKind};
 
 /// Connection settings of a [`Redwheel`].
 ///
+/// ```
+/// use std::time::Duration;
+/// use redwheel::RedwheelOptions;
+///
+/// let options = RedwheelOptions::default()
+///     .connect_timeout(Duration::from_secs(1))
+///     .command_timeout(Duration::from_secs(3))
+///     .max_block(Duration::from_millis(500));
+/// // Checked when connecting: an out-of-range value is ErrorKind::InvalidOption.
+/// # let _ = options;
+/// ```
+///
 /// [`Redwheel`]: crate::Redwheel
 #[derive(Clone)]
 pub struct RedwheelOptions {

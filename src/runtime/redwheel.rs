@@ -80,6 +80,19 @@ impl Redwheel {
     }
 
     /// As [`connect`](Redwheel::connect), with options.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::{Redwheel, RedwheelOptions};
+    ///
+    /// let rw = Redwheel::connect_with(
+    ///     "redis://app:secret@10.0.0.5:6379/0",
+    ///     RedwheelOptions::default()
+    ///         .command_timeout(Duration::from_secs(2))
+    ///         .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(200)),
+    /// )?;
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn connect_with(url: &str, options: RedwheelOptions) -> Result<Redwheel, Error> {
         options.validate()?;
         let endpoint = Arc::new(Endpoint::new(url, &options)?);
@@ -117,6 +130,15 @@ impl Redwheel {
     /// `MOVED` and `ASK`, waiting out `TRYAGAIN` (a slot being migrated)
     /// and a failover within `command_timeout`. Needs Redis 7.0 or later
     /// (sharded pub/sub).
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    ///
+    /// // Any of the nodes will do; the slot map is learnt from the first that answers.
+    /// let rw = Redwheel::connect_cluster(&["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])?;
+    /// let q = rw.queue::<String>("orders")?; // lives on the master of the slot of `{orders}`
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn connect_cluster(seeds: &[&str]) -> Result<Redwheel, Error> {
         Redwheel::connect_cluster_with(seeds, RedwheelOptions::default())
     }
@@ -191,6 +213,21 @@ impl Redwheel {
     /// another process (or a later `Redwheel`) carries on. A second call
     /// returns at once.
     ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::{ErrorKind, Redwheel};
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// // … at the end of the service:
+    /// match rw.shutdown(Duration::from_secs(20)) {
+    ///     Ok(()) => {}
+    ///     // A round of due work still on the wire: it ends on its own.
+    ///     Err(e) if e.kind() == ErrorKind::ShutdownTimeout => eprintln!("{e}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
+    ///
     /// [`ErrorKind::Shutdown`]: crate::ErrorKind::Shutdown
     pub fn shutdown(&self, timeout: Duration) -> Result<(), Error> {
         self.handle.rt.shutdown(timeout)
@@ -203,6 +240,15 @@ impl Redwheel {
 
     /// What the driver did so far: rounds (round trips) and commands sent,
     /// failures, reconnects. For diagnostics and benchmarks.
+    ///
+    /// ```no_run
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let s = rw.driver_stats();
+    /// println!("{} rounds, {} round trips, {} failed", s.rounds, s.round_trips, s.failed_rounds);
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
     pub fn driver_stats(&self) -> DriverStats {
         self.handle.rt.driver.stats()
     }
