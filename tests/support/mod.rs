@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod proxy;
 
 use std::fs;
 use std::io::{Read, Write};
