@@ -27,7 +27,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// already known, nothing changed").
 #[derive(Debug, Clone, Copy)]
 enum Offer {
-    Offer,
+    Single,
     WithId,
     Batch,
     BatchWithIds,
@@ -36,7 +36,7 @@ enum Offer {
 impl Offer {
     fn script(self) -> &'static str {
         match self {
-            Offer::Offer | Offer::WithId => scripts::OFFER,
+            Offer::Single | Offer::WithId => scripts::OFFER,
             Offer::Batch | Offer::BatchWithIds => scripts::OFFER_BATCH,
         }
     }
@@ -50,7 +50,7 @@ impl Offer {
         let p = payload.to_owned();
         let id = MessageId::from(format!("id-{payload}"));
         match self {
-            Offer::Offer => q.offer(&p, delay).map(|id| (id.into_string(), true)),
+            Offer::Single => q.offer(&p, delay).map(|id| (id.into_string(), true)),
             Offer::WithId => q
                 .offer_with_id(&id, &p, delay)
                 .map(|added| (id.into_string(), added)),
@@ -80,7 +80,7 @@ fn offer_under(offer: Offer, cut: Cut) {
     match r {
         Ok((id, true)) => assert_eq!(
             stored,
-            [id.clone()],
+            std::slice::from_ref(&id),
             "{offer:?} returned Ok({id}, added): stored once"
         ),
         Ok((id, false)) => panic!(
@@ -131,7 +131,7 @@ fn offered_then_taken(offer: Offer) {
 }
 
 fn offer(cut: Cut) {
-    offer_under(Offer::Offer, cut)
+    offer_under(Offer::Single, cut)
 }
 fn offer_with_id(cut: Cut) {
     offer_under(Offer::WithId, cut)
@@ -150,7 +150,7 @@ under_every_cut!(offer_batch_with_ids_once, offer_batch_with_ids);
 
 #[test]
 fn offer_whose_reply_was_lost_is_not_written_again_after_another_process_took_it() {
-    offered_then_taken(Offer::Offer)
+    offered_then_taken(Offer::Single)
 }
 
 #[test]

@@ -123,6 +123,7 @@ pub fn string(server: &RedisServer, args: &[&str]) -> Option<String> {
 
 /// Runs `$scenario(cut)` as one test per fault in a module `$name`:
 /// `lost_reply`, `reply_dropped_midway`, `reply_delayed_past_the_command_timeout`.
+#[allow(unused_macros)] // not every test binary runs scenarios
 macro_rules! under_every_cut {
     ($name:ident, $scenario:path) => {
         mod $name {
@@ -145,6 +146,7 @@ macro_rules! under_every_cut {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use under_every_cut;
 
 pub fn options() -> RedwheelOptions {
