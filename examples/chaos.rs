@@ -294,12 +294,38 @@ impl Target {
     }
 }
 
-/// `CONFIG SET cluster-announce-port` on the node at `port`.
+/// What the proxy's faults match: the SHA of each script a write of the
+/// run sends (so each gets its share), a blocking read, any script, or
+/// anything.
+fn fault_patterns() -> Vec<Vec<u8>> {
+    let sha = |source: &str| redis::Script::new(source).get_hash().as_bytes().to_vec();
+    let ready_pop = include_str!("../lua/ready_pop.lua");
+    vec![
+        sha(include_str!("../lua/offer.lua")),
+        sha(include_str!("../lua/offer_batch.lua")),
+        sha(&format!("{ready_pop}{}", include_str!("../lua/claim.lua"))),
+        sha(include_str!("../lua/ack.lua")),
+        sha(include_str!("../lua/transfer.lua")),
+        sha(include_str!("../lua/lock_acquire.lua")),
+        sha(include_str!("../lua/lock_release.lua")),
+        sha(include_str!("../lua/lock_renew.lua")),
+        b"BLMOVE".to_vec(),
+        b"EVALSHA".to_vec(),
+        Vec::new(),
+    ]
+}
+
+/// `CONFIG SET cluster-announce-port` on the node at `port`; its
+/// replicas then reach it through the proxy too (the proxy leaves
+/// replication links alone), and a full resync starts at once instead of
+/// after the default 5 s wait for more replicas.
 fn announce(port: u16, proxy_port: u16) -> Result<(), BoxError> {
     let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
         .get_connection_with_timeout(Duration::from_secs(2))?;
     redis::cmd("CONFIG")
         .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg(0)
         .arg("cluster-announce-port")
         .arg(proxy_port)
         .query::<()>(&mut con)?;
@@ -560,6 +586,7 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
     let mut next_redis_kill = started + Duration::from_secs(rng.range(15, 30));
     let mut next_consumer_kill = started + Duration::from_millis(rng.range(2_000, 6_000));
     let mut rules = Vec::new();
+    let patterns = fault_patterns();
     while started.elapsed() < chaos_for {
         std::thread::sleep(Duration::from_millis(rng.range(300, 1_500)));
         let now = Instant::now();
@@ -578,13 +605,9 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
         let proxy = proxies[rng.range(0, proxies.len() as u64 - 1) as usize];
         match rng.range(0, 9) {
             0..=6 => {
-                // A fault on the next few commands: any script, a blocking
-                // read, or anything.
-                let pattern: &[u8] = match rng.range(0, 3) {
-                    0 | 1 => b"EVALSHA",
-                    2 => b"BLMOVE",
-                    _ => b"",
-                };
+                // A fault on the next few commands: one of redwheel's
+                // writes, a blocking read, or anything.
+                let pattern = patterns[rng.range(0, patterns.len() as u64 - 1) as usize].clone();
                 let fault = match rng.range(0, 2) {
                     0 => {
                         faults.lose_reply += 1;

@@ -40,7 +40,12 @@
 //!
 //! Connections that switch to pub/sub or `MONITOR` (whose replies do not
 //! answer one command each) are passed through from then on, untouched
-//! by rules.
+//! by rules. A replica's link to its master (a cluster node announcing
+//! the proxy's port is reached through it by its replica too) is known by
+//! its `REPLCONF` and left alone: no rule applies to it, and neither
+//! [`Proxy::cut_all`] nor [`Proxy::set_down`] cuts it (new connections
+//! are refused while down), since the faults stand for what a client of
+//! the server sees.
 #![allow(dead_code)] // each user takes a different part
 
 use std::collections::VecDeque;
@@ -261,14 +266,20 @@ impl Proxy {
         }
     }
 
-    /// Resets every live connection (RST); new ones are accepted.
+    /// Resets every live client connection (RST); new ones are accepted.
     pub fn cut_all(&self) {
+        self.reset(false);
+    }
+
+    /// Resets every live connection, replication links too if `all`.
+    fn reset(&self, all: bool) {
         let conns: Vec<Arc<Conn>> = self
             .shared
             .lock()
             .conns
             .iter()
             .filter_map(Weak::upgrade)
+            .filter(|c| all || !c.replication.load(Ordering::SeqCst))
             .collect();
         for c in conns {
             c.reset();
@@ -285,7 +296,7 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.changed.notify_all();
-        self.cut_all();
+        self.reset(true);
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
 }
@@ -338,10 +349,16 @@ impl Shared {
         true
     }
 
-    /// What to do with the reply to `command`.
-    fn classify(&self, command: &[u8]) -> Action {
+    /// What to do with the reply to `command`, sent on `conn`.
+    fn classify(&self, conn: &Conn, command: &[u8]) -> Action {
         if starts_passthrough(command) {
             return Action::Passthrough;
+        }
+        if conn.replication.load(Ordering::SeqCst)
+            || command_name(command).is_some_and(|n| n.eq_ignore_ascii_case(b"REPLCONF"))
+        {
+            conn.replication.store(true, Ordering::SeqCst);
+            return Action::Forward;
         }
         let mut s = self.lock();
         for (id, r) in s.rules.iter_mut().enumerate() {
@@ -415,6 +432,8 @@ struct Conn {
     server: TcpStream,
     pending: Mutex<VecDeque<Action>>,
     cut: AtomicBool,
+    /// A replica's link to its master: no fault applies to it.
+    replication: AtomicBool,
 }
 
 impl Conn {
@@ -507,6 +526,7 @@ fn open(shared: &Arc<Shared>, client: TcpStream) {
         server,
         pending: Mutex::new(VecDeque::new()),
         cut: AtomicBool::new(false),
+        replication: AtomicBool::new(false),
     });
     {
         let mut s = shared.lock();
@@ -540,7 +560,7 @@ fn pump_commands(shared: &Shared, conn: &Conn) {
         buf.extend_from_slice(&chunk[..n]);
         let mut at = 0;
         while let Some(len) = command_len(&buf[at..]) {
-            let action = shared.classify(&buf[at..at + len]);
+            let action = shared.classify(conn, &buf[at..at + len]);
             lock_pending(conn).push_back(action);
             at += len;
         }
