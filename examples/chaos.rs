@@ -164,8 +164,8 @@ fn queue_options(cluster: bool) -> QueueOptions {
 
 /// `--role consumer --urls U,U… --log PATH [--cluster]`: claims and acks
 /// until killed, appending to its log `H <id> <ms>` when it handles a
-/// message (before the ack), `A <id>` once the ack returned `Ok`, `S <id>`
-/// when the ack found the delivery stale.
+/// message (before the ack), `A <id> <ms>` once the ack returned `Ok`,
+/// `S <id>` when the ack found the delivery stale.
 fn consumer(args: &[String]) -> Result<bool, BoxError> {
     let urls: Vec<String> = arg(args, "--urls")
         .ok_or("--urls")?
@@ -195,7 +195,7 @@ fn consumer(args: &[String]) -> Result<bool, BoxError> {
             loop {
                 match d.ack() {
                     Ok(()) => {
-                        log.write_all(format!("A {}\n", d.id()).as_bytes())?;
+                        log.write_all(format!("A {} {}\n", d.id(), now_ms()).as_bytes())?;
                         break;
                     }
                     Err(e) if e.kind() == ErrorKind::StaleDelivery => {
@@ -772,6 +772,9 @@ struct Report {
     consumer_errors: u64,
     unknown_handled: u64,
     still_stored: u64,
+    /// Handlings after an ack of the same id had returned `Ok`: the
+    /// message was in Redis again after it was deleted (written again).
+    handled_after_ack: u64,
 }
 
 fn account(
@@ -780,7 +783,9 @@ fn account(
     stored: &HashSet<String>,
 ) -> Result<Report, BoxError> {
     let mut handled: HashMap<String, u64> = HashMap::new();
-    let mut acked: HashSet<String> = HashSet::new();
+    // id → when its first ack returned Ok, and its handlings' times.
+    let mut acked: HashMap<String, u64> = HashMap::new();
+    let mut handled_at: Vec<(String, u64)> = Vec::new();
     let mut r = Report::default();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -799,9 +804,12 @@ fn account(
                     if offered.get(id).is_some_and(|&earliest| ms < earliest) {
                         r.early += 1;
                     }
+                    handled_at.push((id.to_owned(), ms));
                 }
-                (Some("A"), Some(id), _) => {
-                    acked.insert(id.to_owned());
+                (Some("A"), Some(id), Some(ms)) => {
+                    let ms: u64 = ms.parse().unwrap_or(0);
+                    let first = acked.entry(id.to_owned()).or_insert(ms);
+                    *first = (*first).min(ms);
                 }
                 (Some("S"), _, _) => r.stale_acks += 1,
                 (Some("E"), _, _) => r.consumer_errors += 1,
@@ -812,7 +820,11 @@ fn account(
         }
     }
     r.offered = offered.len() as u64;
-    r.acknowledged = offered.keys().filter(|id| acked.contains(*id)).count() as u64;
+    r.acknowledged = offered.keys().filter(|id| acked.contains_key(*id)).count() as u64;
+    r.handled_after_ack = handled_at
+        .iter()
+        .filter(|(id, ms)| acked.get(id).is_some_and(|a| ms > a))
+        .count() as u64;
     for id in offered.keys() {
         if handled.contains_key(id) {
             continue;
@@ -876,6 +888,11 @@ fn print_report(
     }
     println!("delivered early (must be 0): {}", r.early);
     println!("duplicates (at-least-once, counted): {}", r.duplicates);
+    println!(
+        "  of which handled again after an ack of the same id had returned Ok (the message was written again \
+         after it was consumed): {}",
+        r.handled_after_ack
+    );
     println!(
         "  handlings {}, stale acks {}, consumer errors {}, handled but never confirmed offered {}, \
          dead letters {}, offered and unhandled but still in redis {}, drained {}",

@@ -136,15 +136,11 @@ fn acquire_under(how: Acquire, cut: Cut) {
     }
 }
 
-fn lock(cut: Cut) {
-    acquire_under(Acquire::Lock, cut)
-}
-fn try_lock(cut: Cut) {
-    acquire_under(Acquire::TryLock, cut)
-}
-
-under_every_cut!(lock_a_free_lock, lock);
-under_every_cut!(try_lock_a_free_lock, try_lock);
+under_every_cut!(lock_a_free_lock, |cut| acquire_under(Acquire::Lock, cut));
+under_every_cut!(try_lock_a_free_lock, |cut| acquire_under(
+    Acquire::TryLock,
+    cut
+));
 
 /// The unlock of a hold held throughout runs under `cut`: `Ok` iff the
 /// lock is free; never `LockLost` (the lease was never lost).

@@ -251,7 +251,11 @@ fn a_delayed_reply_keeps_its_place_and_the_command_ran_before_the_client_gave_up
     assert_eq!(r.replies, ["+PONG\r\n"]);
     assert!(r.error.as_ref().is_some_and(is_timeout), "{:?}", r.error);
     assert!(slow.wait_fired(1, HANG));
-    assert_eq!(server.int(&["INCRBY", "n", "0"]), 1, "the command ran at once");
+    assert_eq!(
+        server.int(&["INCRBY", "n", "0"]),
+        1,
+        "the command ran at once"
+    );
     // A short delay: the replies all come, in order.
     let _short = proxy.inject(Rule::new(Fault::Delay(Duration::from_millis(20))).matching("INCR"));
     let mut c = client(&proxy, HANG);

@@ -130,23 +130,13 @@ fn offered_then_taken(offer: Offer) {
     }
 }
 
-fn offer(cut: Cut) {
-    offer_under(Offer::Single, cut)
-}
-fn offer_with_id(cut: Cut) {
-    offer_under(Offer::WithId, cut)
-}
-fn offer_batch(cut: Cut) {
-    offer_under(Offer::Batch, cut)
-}
-fn offer_batch_with_ids(cut: Cut) {
-    offer_under(Offer::BatchWithIds, cut)
-}
-
-under_every_cut!(offer_once, offer);
-under_every_cut!(offer_with_id_once, offer_with_id);
-under_every_cut!(offer_batch_once, offer_batch);
-under_every_cut!(offer_batch_with_ids_once, offer_batch_with_ids);
+under_every_cut!(offer_once, |cut| offer_under(Offer::Single, cut));
+under_every_cut!(offer_with_id_once, |cut| offer_under(Offer::WithId, cut));
+under_every_cut!(offer_batch_once, |cut| offer_under(Offer::Batch, cut));
+under_every_cut!(offer_batch_with_ids_once, |cut| offer_under(
+    Offer::BatchWithIds,
+    cut
+));
 
 #[test]
 fn offer_whose_reply_was_lost_is_not_written_again_after_another_process_took_it() {

@@ -121,27 +121,28 @@ pub fn string(server: &RedisServer, args: &[&str]) -> Option<String> {
     strings(server, args).into_iter().next()
 }
 
-/// Runs `$scenario(cut)` as one test per fault in a module `$name`:
-/// `lost_reply`, `reply_dropped_midway`, `reply_delayed_past_the_command_timeout`.
+/// Runs `$scenario` (a function of a [`Cut`]) as one test per fault in
+/// a module `$name`: `lost_reply`, `reply_dropped_midway`,
+/// `reply_delayed_past_the_command_timeout`.
 #[allow(unused_macros)] // not every test binary runs scenarios
 macro_rules! under_every_cut {
-    ($name:ident, $scenario:path) => {
+    ($name:ident, $scenario:expr) => {
         mod $name {
             use super::*;
 
             #[test]
             fn lost_reply() {
-                $scenario(Cut::LoseReply)
+                ($scenario)(Cut::LoseReply)
             }
 
             #[test]
             fn reply_dropped_midway() {
-                $scenario(Cut::DropMidReply)
+                ($scenario)(Cut::DropMidReply)
             }
 
             #[test]
             fn reply_delayed_past_the_command_timeout() {
-                $scenario(Cut::DelayPastTimeout)
+                ($scenario)(Cut::DelayPastTimeout)
             }
         }
     };
