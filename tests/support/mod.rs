@@ -13,6 +13,7 @@
 pub mod cluster;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+pub mod proxy;
 
 use std::fs;
 use std::io::{Read, Write};
