@@ -333,8 +333,10 @@ fn announce(port: u16, proxy_port: u16) -> Result<(), BoxError> {
 }
 
 /// What the producers confirmed: id → the earliest time (local epoch ms)
-/// it may be handled.
-type Offered = Arc<Mutex<HashMap<String, u64>>>;
+/// it may be handled, and whether its offer was retried after an
+/// `OutcomeUnknown` (a retry that may write it again if it was consumed
+/// meanwhile: the id is free again once a message is acked).
+type Offered = Arc<Mutex<HashMap<String, (u64, bool)>>>;
 
 #[derive(Default)]
 struct Counters {
@@ -380,6 +382,7 @@ fn producer(
             })
             .collect();
         let started = Instant::now();
+        let mut retried_unknown = false;
         loop {
             let r = if n == 1 {
                 let (id, p, d) = &batch[0];
@@ -395,11 +398,12 @@ fn producer(
                         .fetch_add(known, Ordering::Relaxed);
                     let mut o = offered.lock().unwrap();
                     for (id, p, _) in &batch {
-                        o.insert(id.to_string(), p.parse().unwrap_or(0));
+                        o.insert(id.to_string(), (p.parse().unwrap_or(0), retried_unknown));
                     }
                     break;
                 }
                 Err(e) if e.is_transient() && started.elapsed() < Duration::from_secs(120) => {
+                    retried_unknown |= e.is_outcome_unknown();
                     let c = match e.kind() {
                         ErrorKind::OutcomeUnknown => &counters.offer_retries_unknown,
                         ErrorKind::Unavailable => &counters.offer_retries_unavailable,
@@ -775,10 +779,13 @@ struct Report {
     /// Handlings after an ack of the same id had returned `Ok`: the
     /// message was in Redis again after it was deleted (written again).
     handled_after_ack: u64,
+    /// Of those, the ones whose offer the producer retried after an
+    /// `OutcomeUnknown` (the rest were written again by redwheel itself).
+    handled_after_ack_retried: u64,
 }
 
 fn account(
-    offered: &HashMap<String, u64>,
+    offered: &HashMap<String, (u64, bool)>,
     dir: &Path,
     stored: &HashSet<String>,
 ) -> Result<Report, BoxError> {
@@ -801,7 +808,7 @@ fn account(
                     r.handled += 1;
                     *handled.entry(id.to_owned()).or_default() += 1;
                     let ms: u64 = ms.parse().unwrap_or(0);
-                    if offered.get(id).is_some_and(|&earliest| ms < earliest) {
+                    if offered.get(id).is_some_and(|&(earliest, _)| ms < earliest) {
                         r.early += 1;
                     }
                     handled_at.push((id.to_owned(), ms));
@@ -821,10 +828,14 @@ fn account(
     }
     r.offered = offered.len() as u64;
     r.acknowledged = offered.keys().filter(|id| acked.contains_key(*id)).count() as u64;
-    r.handled_after_ack = handled_at
-        .iter()
-        .filter(|(id, ms)| acked.get(id).is_some_and(|a| ms > a))
-        .count() as u64;
+    for (id, ms) in &handled_at {
+        if acked.get(id).is_some_and(|a| ms > a) {
+            r.handled_after_ack += 1;
+            if offered.get(id).is_some_and(|&(_, retried)| retried) {
+                r.handled_after_ack_retried += 1;
+            }
+        }
+    }
     for id in offered.keys() {
         if handled.contains_key(id) {
             continue;
@@ -890,8 +901,10 @@ fn print_report(
     println!("duplicates (at-least-once, counted): {}", r.duplicates);
     println!(
         "  of which handled again after an ack of the same id had returned Ok (the message was written again \
-         after it was consumed): {}",
-        r.handled_after_ack
+         after it was consumed): {} ({} of them offered with a retry after OutcomeUnknown, {} without)",
+        r.handled_after_ack,
+        r.handled_after_ack_retried,
+        r.handled_after_ack - r.handled_after_ack_retried
     );
     println!(
         "  handlings {}, stale acks {}, consumer errors {}, handled but never confirmed offered {}, \

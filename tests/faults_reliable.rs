@@ -65,17 +65,19 @@ fn where_is(env: &Env, id: &str) -> Where {
     }
 }
 
-/// One message is ready; `claim` runs under `cut`. If it says it claimed
-/// nothing, nothing may be claimed (hidden from every consumer for the
-/// visibility, an attempt counted towards `max_deliveries`); if it
-/// returns a delivery, that is the claim Redis holds.
+/// One message is ready; `claim` runs under `cut`, waiting longer than
+/// one blocking read may take (so a retry inside `claim` after the fault
+/// would show). If it says it claimed nothing, nothing may be claimed
+/// (hidden from every consumer for the visibility, an attempt counted
+/// towards `max_deliveries`); if it returns a delivery, that is the
+/// claim Redis holds.
 fn claim(cut: Cut) {
     let env = Env::start();
     let q = queue(&env);
     warm_up(&env, &q);
     let id = ready(&env, &q, "m");
     let rule = env.proxy.inject(cut.rule(&sha(scripts::CLAIM)));
-    let r = within(HANG, move || q.claim(Duration::from_millis(500)));
+    let r = within(HANG, move || q.claim(Duration::from_secs(2)));
     assert!(
         rule.wait_fired(1, HANG),
         "the fault fired: the server ran the claim"
