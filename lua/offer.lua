@@ -4,6 +4,8 @@
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
 --                                 cluster knows the script's slot)
+-- KEYS[4]  redwheel:{N}:controls  HASH  max_len (absent: no bound)
+-- KEYS[5]  redwheel:{N}:dead      ZSET  the dead letters (not counted in the length)
 -- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME)
 --          or 'a' (ARGV[2] is an absolute due in epoch ms; a past one is clamped to now)
 -- ARGV[2]  the delay or the due time, a non-negative integer in decimal
@@ -13,24 +15,27 @@
 -- Reply: the message's due time in epoch ms (server clock), an integer >= 0, when it was
 --        added; -1 when the id is already known to the queue (waiting, due, or parked as a
 --        dead letter): nothing is written, so offering the same id twice is harmless.
---        Error 'ERR redwheel: due overflows' when the due time exceeds 2^53 ms.
+--        Error 'ERR redwheel: due overflows' when the due time exceeds 2^53 ms, and
+--        'ERR redwheel: queue full (<len> of max_len <n>, 1 to add)' when the queue holds max_len
+--        messages already (delayed, ready or in flight: HLEN msg - ZCARD dead); nothing is
+--        written then.
 --
 -- Invariant: a message is in `delayed` iff it has a `msg` entry and has not yet been
 -- transferred; both are written together. Due times never come from a client clock
 -- for relative delays. `wake` carries the due time only when it is earlier than every
 -- due already waiting (the message became the head), so transfer tasks learn about
--- earlier heads, never later ones. O(log n).
+-- earlier heads, never later ones. The length never passes max_len. O(log n).
+-- (full and due_at come from lifecycle.lua, put in front of this script by scripts.rs.)
 if redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
   return -1
 end
+local refused = full(KEYS[4], KEYS[2], KEYS[5], 1)
+if refused then
+  return refused
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due
-if ARGV[1] == 'r' then
-  due = now + tonumber(ARGV[2])
-else
-  due = math.max(now, tonumber(ARGV[2]))
-end
+local due = due_at(ARGV[1], ARGV[2], now)
 if due > 9007199254740992 then
   return redis.error_reply('ERR redwheel: due overflows')
 end

@@ -5,6 +5,8 @@
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
 --                                 cluster knows the script's slot)
+-- KEYS[4]  redwheel:{N}:controls  HASH  max_len (absent: no bound)
+-- KEYS[5]  redwheel:{N}:dead      ZSET  the dead letters (not counted in the length)
 -- ARGV[1]  'r' (each time below is a delay in ms, added to the server's TIME) or 'a' (each
 --          is an absolute due in epoch ms; past ones are clamped to now)
 -- ARGV[2]  'k' (ids are the caller's: keep a known id as it is, and reply per message) or
@@ -15,15 +17,18 @@
 -- Reply: with 'k', one integer per message, in order: 1 if it was added, 0 if its id was
 --        already known to the queue (waiting, due, or a dead letter; nothing written for
 --        it). With 'n', the number of messages written.
---        Error 'ERR redwheel: due overflows' (nothing written) when a due exceeds 2^53 ms.
+--        Error 'ERR redwheel: due overflows' (nothing written) when a due exceeds 2^53 ms;
+--        'ERR redwheel: queue full (<len> of max_len <n>, <k> to add)' (nothing written) when
+--        the messages it would add do not all fit under max_len.
 --
 -- Invariant: as offer.lua, for every message of the batch (with 'k', an id repeated within
 -- the batch is added once); one SPUBLISH at most, of the earliest due added, and only when
 -- it is earlier than every due already waiting. Fresh ids skip the HEXISTS per message:
--- they cannot be known, and writing one twice (a resend) writes the same thing.
+-- they cannot be known, and writing one twice (a resend) writes the same thing. All or
+-- nothing under max_len: the length never passes it. (full and due_at come from
+-- lifecycle.lua, put in front of this script by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local relative = ARGV[1] == 'r'
 local check = ARGV[2] == 'k'
 local n = (#ARGV - 2) / 3
 local zargs = {}
@@ -32,13 +37,7 @@ local added = {}
 local seen = {}
 local min_due
 for i = 0, n - 1 do
-  local t = tonumber(ARGV[3 * i + 3])
-  local due
-  if relative then
-    due = now + t
-  else
-    due = math.max(now, t)
-  end
+  local due = due_at(ARGV[1], ARGV[3 * i + 3], now)
   if due > 9007199254740992 then
     return redis.error_reply('ERR redwheel: due overflows')
   end
@@ -64,6 +63,10 @@ if not check then
 end
 if #zargs == 0 then
   return reply
+end
+local refused = full(KEYS[4], KEYS[2], KEYS[5], #zargs / 2)
+if refused then
+  return refused
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], unpack(zargs))

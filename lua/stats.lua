@@ -5,15 +5,19 @@
 -- KEYS[3]  redwheel:{N}:inflight  ZSET  id -> visibility deadline
 -- KEYS[4]  redwheel:{N}:dead      ZSET  id -> when it died
 -- KEYS[5]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
+-- KEYS[6]  redwheel:{N}:prioritized  ZSET  due messages of priority 1..9 (ready too)
+-- KEYS[7]  redwheel:{N}:counts    HASH  'expired' -> messages whose ttl ran out so far
 -- ARGV     none
 --
--- Reply: { delayed, ready, inflight, dead, oldest_overdue_ms, next_due_ms, now_ms }:
---   counts of each set (`ready` may still hold ids removed after they fell due);
+-- Reply: { delayed, ready, inflight, dead, oldest_overdue_ms, next_due_ms, now_ms, expired }:
+--   counts of each set (`ready` may still hold ids removed after they fell due; it counts
+--   `prioritized` too, and not the wake marker '' transfer.lua may leave at its head);
 --   oldest_overdue_ms: how long the oldest message that is due but not delivered has been
 --   due (the first ready id, or the head of `delayed` if the transfer lags), -1 if none;
---   next_due_ms: the head of `delayed` (epoch ms), -1 if empty; now_ms: the server's clock.
+--   next_due_ms: the head of `delayed` (epoch ms), -1 if empty; now_ms: the server's clock;
+--   expired: messages whose ttl ran out before they were handed out, so far.
 --
--- Invariant: read-only.
+-- Invariant: read-only. (lifecycle.lua is put in front of this script by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local oldest = -1
@@ -28,6 +32,22 @@ if first then
     end
   end
 end
+local pri = redis.call('ZCARD', KEYS[6])
+if pri > 0 then
+  -- The oldest due of each priority band (PRIORITY_BAND, from lifecycle.lua: scores are
+  -- band * 2^49 + due).
+  for b = 0, 8 do
+    local h = redis.call('ZRANGEBYSCORE', KEYS[6], string.format('%d', b * PRIORITY_BAND),
+      '(' .. string.format('%d', (b + 1) * PRIORITY_BAND), 'WITHSCORES', 'LIMIT', 0, 1)
+    if h[2] then
+      oldest = math.max(oldest, now - (tonumber(h[2]) - b * PRIORITY_BAND))
+    end
+  end
+end
+local ready = redis.call('LLEN', KEYS[2]) + pri
+if first == '' then
+  ready = ready - 1
+end
 local next_due = -1
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then
@@ -36,5 +56,6 @@ if head[2] then
     oldest = math.max(oldest, now - next_due)
   end
 end
-return { redis.call('ZCARD', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCARD', KEYS[4]), oldest, next_due, now }
+return { redis.call('ZCARD', KEYS[1]), ready, redis.call('ZCARD', KEYS[3]),
+  redis.call('ZCARD', KEYS[4]), oldest, next_due, now,
+  tonumber(redis.call('HGET', KEYS[7], 'expired') or '0') }

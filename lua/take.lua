@@ -1,33 +1,81 @@
--- take.lua: hand the first ready message to one consumer (at-most-once from here).
+-- take.lua: hand the first ready message to one consumer (at-most-once from here), unless
+-- the queue's controls say wait.
 --
--- KEYS[1]  redwheel:{N}:ready     LIST  ids that are due, in due order
--- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
--- KEYS[3]  redwheel:{N}:attempts  HASH  id -> deliveries so far (dropped with the message)
--- KEYS[4]  redwheel:{N}:counts    HASH  'delivered' -> messages handed out so far (take and claim)
--- KEYS[5]  redwheel:{N}:stale     HASH  id -> entries of `ready` left by removed messages
--- ARGV     none
+-- KEYS[1]  redwheel:{N}:ready        LIST  ids that are due, in due order
+-- KEYS[2]  redwheel:{N}:msg          HASH  id -> "<due ms>:<payload>"
+-- KEYS[3]  redwheel:{N}:attempts     HASH  id -> deliveries so far (dropped with the message)
+-- KEYS[4]  redwheel:{N}:counts       HASH  'delivered' -> messages handed out so far (take and
+--                                          claim); 'expired' -> messages that expired
+-- KEYS[5]  redwheel:{N}:stale        HASH  id -> entries of `ready` left by removed messages
+-- KEYS[6]  redwheel:{N}:controls     HASH  paused, rate_max, rate_per (ms), priorities, ttls
+-- KEYS[7]  redwheel:{N}:prioritized  ZSET  due messages of priority 1..9
+-- KEYS[8]  redwheel:{N}:priority     HASH  id -> priority (1..9)
+-- KEYS[9]  redwheel:{N}:expires      ZSET  id -> the time it must be handed out by (ms)
+-- KEYS[10] redwheel:{N}:rate         ZSET  the rate window's deliveries (µs)
+-- KEYS[11] redwheel:{N}:dead         ZSET  id -> when it died
+-- KEYS[12] redwheel:{N}:reason       HASH  id -> why it died
+-- ARGV[1]  a prefix unique to this call (its entry in the rate log)
 --
--- Reply: { id, "<due ms>:<payload>" } for the message taken, or nil when `ready` is
---        empty (another consumer won the race) or held only removed ids.
+-- Reply: { gate, expired, id, "<due ms>:<payload>" } for the message taken, or
+--        { gate, expired } when none was: `ready` and `prioritized` were empty (another
+--        consumer won the race) or held only removed ids, or the controls say wait:
+--   gate     0 (open), -1 (the queue is paused), or > 0: µs until the rate limit lets the
+--            next delivery through (measured from this call's TIME)
+--   expired  messages this call found past their ttl and made dead letters
 --
--- Invariant: the id leaves `ready` and its `msg` entry is deleted in one atomic step,
--- so each message goes to exactly one consumer and nothing is orphaned. Entries left by
--- messages removed after their transfer (counted in `stale` by remove.lua; looked up only
--- while `stale` is not empty) and ids whose `msg` entry is gone are dropped here, at most
--- 100 per call, so the call stays O(1) however many there are. A message taken raises
--- `delivered` in `counts` by one (what `redwheel watch` reads its delivery rate from).
--- (pop_ready comes from ready_pop.lua, put in front of this script by scripts.rs.)
+-- Invariant: the id leaves `ready` (or `prioritized`) and its `msg` entry is deleted in one
+-- atomic step, so each message goes to exactly one consumer and nothing is orphaned. Higher
+-- priorities first, then due order. A paused queue hands out nothing; a rate-limited one
+-- no more than rate_max in any window of rate_per (the delivery is logged in the same step).
+-- A message past its ttl is never handed out. Entries left by messages removed after their
+-- transfer (counted in `stale` by remove.lua; looked up only while `stale` is not empty) and
+-- ids whose `msg` entry is gone are dropped here, at most 100 per call, so the call stays
+-- O(1) however many there are. A message taken raises `delivered` in `counts` by one (what
+-- `redwheel watch` reads its delivery rate from).
+-- (pop_ready and gate come from ready_pop.lua, expire from lifecycle.lua, put in front of
+-- this script by scripts.rs.)
+local c = redis.call('HMGET', KEYS[6], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
+local now
+if c[1] == false and (c[2] or c[5]) then
+  now = now_us()
+end
+local g = gate(c, KEYS[10], now, nil)
+if g ~= 0 then
+  return { g, 0 }
+end
 local any_stale = redis.call('EXISTS', KEYS[5]) == 1
+local prioritized = c[4] and KEYS[7] or nil
+local died = 0
 for _ = 1, 100 do
-  local id, v = pop_ready(KEYS[1], KEYS[2], KEYS[5], any_stale)
+  local id, v, pri_empty = pop_ready(KEYS[1], KEYS[2], KEYS[5], any_stale, prioritized)
+  if pri_empty then
+    prioritized = nil
+  end
   if not id then
-    return nil
+    break
   end
   if v then
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('HINCRBY', KEYS[4], 'delivered', 1)
-    return { id, v }
+    if c[5] and expired(KEYS[9], id, math.floor(now / 1000)) then
+      expire(id, math.floor(now / 1000), KEYS[9], KEYS[11], KEYS[12])
+      died = died + 1
+    else
+      redis.call('HDEL', KEYS[2], id)
+      redis.call('HDEL', KEYS[3], id)
+      if c[4] then
+        redis.call('HDEL', KEYS[8], id)
+      end
+      if c[2] then
+        log_deliveries(KEYS[10], now, ARGV[1], 1)
+      end
+      redis.call('HINCRBY', KEYS[4], 'delivered', 1)
+      if died > 0 then
+        redis.call('HINCRBY', KEYS[4], 'expired', died)
+      end
+      return { 0, died, id, v }
+    end
   end
 end
-return nil
+if died > 0 then
+  redis.call('HINCRBY', KEYS[4], 'expired', died)
+end
+return { 0, died }

@@ -152,8 +152,8 @@ pub mod timer;
 pub use error::{Error, ErrorKind, TimerError};
 pub use lock::{LeaseLost, Lock, LockGuard, LockStats, LostCause};
 pub use queue::{
-    Codec, Consumer, ConsumerOptions, DeadLetter, Delivery, Message, MessageId, Nacked, Queue,
-    QueueOptions, QueueStats,
+    Codec, Consumer, ConsumerOptions, DeadLetter, Dedup, Delivery, Limit, Message, MessageId,
+    Nacked, OfferOptions, Offered, Queue, QueueLimits, QueueOptions, QueueStats,
 };
 pub use runtime::{DriverStats, Redwheel, RedwheelOptions};
 

@@ -9,17 +9,43 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `lua/offer.lua`: one delayed message.
-pub(crate) static OFFER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/offer.lua")));
+/// `lua/offer.lua`: one delayed message (after `lua/lifecycle.lua`, as
+/// every offer).
+pub(crate) static OFFER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/offer.lua")
+    ))
+});
+
+/// `lua/offer_with.lua`: one message with options (dedup, priority, ttl).
+pub(crate) static OFFER_WITH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/offer_with.lua")
+    ))
+});
+
+/// `lua/controls.lua`: sets or lifts a queue's controls.
+pub(crate) static CONTROLS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/controls.lua")));
 
 /// `lua/offer_batch.lua`: up to [`BATCH_OFFER_MAX`] delayed messages.
-pub(crate) static OFFER_BATCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/offer_batch.lua")));
+pub(crate) static OFFER_BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/offer_batch.lua")
+    ))
+});
 
-/// `lua/transfer.lua`: moves due ids from `delayed` to `ready`.
-pub(crate) static TRANSFER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/transfer.lua")));
+/// `lua/transfer.lua`: moves due ids from `delayed` to `ready` (after
+/// `lua/lifecycle.lua`).
+pub(crate) static TRANSFER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/transfer.lua")
+    ))
+});
 
 /// `lua/remove.lua`: cancels a message by id.
 pub(crate) static REMOVE: LazyLock<Script> =
@@ -30,9 +56,10 @@ pub(crate) static CLEAR: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/clear.lua")));
 
 /// `lua/take.lua`: hands the first ready message to one consumer (after
-/// `lua/ready_pop.lua`, which it shares with claim).
+/// `lua/lifecycle.lua` and `lua/ready_pop.lua`, which it shares with claim).
 pub(crate) static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
         include_str!("../lua/ready_pop.lua"),
         include_str!("../lua/take.lua")
     ))
@@ -43,21 +70,32 @@ pub(crate) static PARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/park.lua")));
 
 /// `lua/claim.lua`: claims ready messages under a visibility deadline
-/// (after `lua/ready_pop.lua`, which it shares with take).
+/// (after `lua/lifecycle.lua` and `lua/ready_pop.lua`, which it shares with
+/// take).
 pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
         include_str!("../lua/ready_pop.lua"),
         include_str!("../lua/claim.lua")
     ))
 });
 
-/// `lua/ack.lua`: deletes a claimed message.
-pub(crate) static ACK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/ack.lua")));
+/// `lua/ack.lua`: deletes a claimed message (after `lua/lifecycle.lua`).
+pub(crate) static ACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/ack.lua")
+    ))
+});
 
-/// `lua/nack.lua`: gives a claimed message back (or to the dead letters).
-pub(crate) static NACK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/nack.lua")));
+/// `lua/nack.lua`: gives a claimed message back (or to the dead letters;
+/// after `lua/lifecycle.lua`).
+pub(crate) static NACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/nack.lua")
+    ))
+});
 
 /// `lua/extend.lua`: moves a claim's visibility deadline.
 pub(crate) static EXTEND: LazyLock<Script> =
@@ -71,9 +109,14 @@ pub(crate) static DEAD: LazyLock<Script> =
 pub(crate) static REQUEUE_DEAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/requeue_dead.lua")));
 
-/// `lua/stats.lua`: a queue's counts in one atomic read.
-pub(crate) static STATS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/stats.lua")));
+/// `lua/stats.lua`: a queue's counts in one atomic read (after
+/// `lua/lifecycle.lua`, for the priority bands).
+pub(crate) static STATS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/stats.lua")
+    ))
+});
 
 /// `lua/len.lua`: counts the waiting messages.
 pub(crate) static LEN: LazyLock<Script> =

@@ -26,7 +26,8 @@
 //! | `redwheel_messages_acked_total` | counter | acks accepted (`Delivery::ack`, and the consumer pool's acks); refused ones (stale deliveries) are not counted |
 //! | `redwheel_messages_nacked_total` | counter | nacks accepted (`Delivery::nack`, a consumer handler's failure, a release at shutdown): the message was scheduled again or dead-lettered |
 //! | `redwheel_messages_redelivered_total` | counter | deliveries (claims) of a message that was delivered before: its visibility expired, or it was nacked (attempt > 1) |
-//! | `redwheel_messages_dead_lettered_total` | counter | messages this process sent to the dead letters: a nack at `max_deliveries`, a claim that expired at `max_deliveries` (found by its transfer job), or a payload that could not be decoded |
+//! | `redwheel_messages_dead_lettered_total` | counter | messages this process sent to the dead letters: a nack at `max_deliveries`, a claim that expired at `max_deliveries` (found by its transfer job), a payload that could not be decoded, or a message past its ttl |
+//! | `redwheel_messages_expired_total` | counter | messages this process found past their ttl (`OfferOptions::ttl`) before they were handed out and made dead letters (reason `expired`): by its transfer job, or by a `take`/`claim` that met one first. `QueueStats::expired` counts them for every process |
 //! | `redwheel_queue_messages` | gauge, also label `state` = `delayed`, `ready`, `in_flight`, `dead` | messages in each state, set whenever [`Queue::stats`](crate::Queue::stats) runs |
 //! | `redwheel_queue_oldest_overdue_seconds` | gauge | how long the oldest due message not yet handed to a consumer has been due (0 when none), set whenever `Queue::stats` runs |
 //! | `redwheel_delivery_lateness_seconds` | histogram | per message delivered for the first time (by `take`, or a claim of attempt 1): delivery time (Redis server clock, by this process's estimate) − due time. Redeliveries are left out: they keep their first due time |
@@ -79,6 +80,8 @@ pub(crate) const NACKED: &str = "redwheel_messages_nacked_total";
 pub(crate) const REDELIVERED: &str = "redwheel_messages_redelivered_total";
 /// `redwheel_messages_dead_lettered_total`.
 pub(crate) const DEAD_LETTERED: &str = "redwheel_messages_dead_lettered_total";
+/// `redwheel_messages_expired_total`.
+pub(crate) const EXPIRED: &str = "redwheel_messages_expired_total";
 /// `redwheel_queue_messages{state}`.
 pub(crate) const QUEUE_MESSAGES: &str = "redwheel_queue_messages";
 /// `redwheel_queue_oldest_overdue_seconds`.
@@ -221,7 +224,12 @@ pub(crate) fn describe() {
             describe_counter!(
                 DEAD_LETTERED,
                 Unit::Count,
-                "Messages this process sent to the dead letters (nack at max_deliveries, undecodable)."
+                "Messages this process sent to the dead letters (nack at max_deliveries, undecodable, past their ttl)."
+            );
+            describe_counter!(
+                EXPIRED,
+                Unit::Count,
+                "Messages past their ttl that this process made dead letters."
             );
             describe_gauge!(
                 QUEUE_MESSAGES,
@@ -284,6 +292,7 @@ pub(crate) struct QueueMetrics {
     pub nacked: Counter,
     pub redelivered: Counter,
     pub dead_lettered: Counter,
+    pub expired: Counter,
     lateness: Histogram,
     delayed: Gauge,
     ready: Gauge,
@@ -303,6 +312,7 @@ impl QueueMetrics {
             nacked: Counter::new(NACKED, &q),
             redelivered: Counter::new(REDELIVERED, &q),
             dead_lettered: Counter::new(DEAD_LETTERED, &q),
+            expired: Counter::new(EXPIRED, &q),
             lateness: Histogram::new(LATENESS, &q),
             delayed: state("delayed"),
             ready: state("ready"),
@@ -320,6 +330,11 @@ impl QueueMetrics {
     /// The transfer job's count of expired claims sent to the dead letters.
     pub(crate) fn dead_lettered(queue: &str) -> Counter {
         Counter::new(DEAD_LETTERED, &[("queue", queue)])
+    }
+
+    /// The transfer job's count of messages past their ttl.
+    pub(crate) fn expired(queue: &str) -> Counter {
+        Counter::new(EXPIRED, &[("queue", queue)])
     }
 
     /// Messages delivered, as (attempt, due time in epoch ms on the server

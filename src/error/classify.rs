@@ -20,6 +20,10 @@ pub(crate) enum Access {
 /// The error text redwheel's scripts raise for a due time past 2^53 ms.
 pub(crate) const DUE_OVERFLOW_TEXT: &str = "redwheel: due overflows";
 
+/// The error text redwheel's offer scripts raise when a message would take
+/// a queue past its `max_len` (followed by the counts).
+pub(crate) const QUEUE_FULL_TEXT: &str = "redwheel: queue full";
+
 impl Error {
     /// Classifies an error of a command sent to Redis.
     ///
@@ -42,6 +46,11 @@ impl Error {
             (
                 ErrorKind::DelayOverflow,
                 "the due time computed by the server exceeds 2^53 ms",
+            )
+        } else if server_text(&e).contains(QUEUE_FULL_TEXT) {
+            (
+                ErrorKind::QueueFull,
+                "the queue is full (max_len); nothing was written",
             )
         } else if is_script_permission_error(&e) {
             (

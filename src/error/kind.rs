@@ -68,6 +68,17 @@ pub enum ErrorKind {
     /// failover now could lose it. Transient; retry with an id of your own
     /// ([`Queue::offer_with_id`](crate::Queue::offer_with_id)).
     NotReplicated,
+    /// The queue holds `QueueOptions::max_len` messages already (delayed,
+    /// ready or in flight: [`Queue::len`]): the offer wrote nothing. Not
+    /// transient in the sense of [`Error::is_transient`] (Redis is fine): it
+    /// is back-pressure; offer again once consumers have caught up. A batch
+    /// offer is refused per chunk of up to 1,000 (see
+    /// [`Queue::offer_batch`]).
+    ///
+    /// [`Queue::len`]: crate::Queue::len
+    /// [`Queue::offer_batch`]: crate::Queue::offer_batch
+    /// [`Error::is_transient`]: crate::Error::is_transient
+    QueueFull,
     /// An ack, nack or extend of a claimed message whose visibility ended
     /// first: the message was (or will be) delivered again, and the call
     /// did not touch that new delivery.
@@ -113,6 +124,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => "redis unavailable",
             ErrorKind::OutcomeUnknown => "outcome unknown",
             ErrorKind::NotReplicated => "not replicated",
+            ErrorKind::QueueFull => "queue full",
             ErrorKind::StaleDelivery => "stale delivery",
             ErrorKind::Authentication => "authentication failed",
             ErrorKind::PermissionDenied => "permission denied",

@@ -3,32 +3,22 @@
 //! claims in the same call), and the reading of its reply into
 //! deliveries.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use super::codec::Codec;
 use super::delivery::Delivery;
 use super::handle::Queue;
 use super::message::MessageId;
+use super::pop::call_prefix;
 use super::stored::parse_stored;
 use crate::error::{Access, Error, ErrorKind};
-use crate::runtime::random_u64;
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 use crate::telemetry;
 
 /// Claimed deliveries (or the decode errors of messages moved to the dead
 /// letters), and how many acks sent along were refused.
 pub(crate) type Claims<T> = (Vec<Result<Delivery<T>, Error>>, u64);
-
-/// 64 random bits per process, then a counter: claim tokens no two claims
-/// share.
-fn token_prefix() -> String {
-    use std::sync::OnceLock;
-    static SEED: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(random_u64);
-    format!("{seed:x}.{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
-}
 
 impl<T: Codec> Queue<T> {
     /// Waits up to `wait` for a due message and claims it: at-least-once
@@ -134,9 +124,17 @@ impl<T: Codec> Queue<T> {
             keys.attempts.as_str(),
             keys.counts.as_str(),
             keys.stale.as_str(),
+            keys.controls.as_str(),
+            keys.prioritized.as_str(),
+            keys.priority.as_str(),
+            keys.expires.as_str(),
+            keys.rate.as_str(),
+            keys.dead.as_str(),
+            keys.reason.as_str(),
+            keys.wake.as_str(),
         ];
         let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
-        let prefix = token_prefix();
+        let prefix = call_prefix();
         let vis = visibility_ms.to_string();
         let count = n.to_string();
         let mut refused_acks = 0;
@@ -168,12 +166,16 @@ impl<T: Codec> Queue<T> {
                 })
                 .map_err(|e| self.tag(e))?;
             drop(span);
+            self.count_expired(&reply);
             let (claims, refused) = self.read_claims(reply)?;
             refused_acks = refused;
             self.state
                 .metrics
                 .acked
                 .add((acks.len() as u64).saturating_sub(refused));
+            // In-flight slots freed: a claim of this process held back by
+            // max_in_flight looks again.
+            self.state.gate.slot_freed();
             if !claims.is_empty() || wait.is_zero() {
                 return Ok((claims, refused_acks));
             }
@@ -184,7 +186,7 @@ impl<T: Codec> Queue<T> {
             &scripts::CLAIM,
             &key_list,
             &[vis.as_bytes(), prefix.as_bytes(), count.as_bytes(), b"0"],
-            2,
+            4,
         )?;
         match popped {
             Some(reply) => Ok((self.read_claims(reply)?.0, refused_acks)),
@@ -205,6 +207,11 @@ impl<T: Codec> Queue<T> {
             return Err(protocol("not an array"));
         };
         let mut items = items.into_iter();
+        // The gate and the messages found past their ttl (counted by
+        // `count_expired`).
+        let (Some(_gate), Some(_expired)) = (items.next(), items.next()) else {
+            return Err(protocol("no header"));
+        };
         let deadline: u64 = items
             .next()
             .and_then(|v| redis::from_redis_value(v).ok())

@@ -139,6 +139,9 @@ impl<T: Codec> Delivery<T> {
                     .key(&keys.lease)
                     .key(&keys.msg)
                     .key(&keys.attempts)
+                    .key(&keys.priority)
+                    .key(&keys.controls)
+                    .key(&keys.wake)
                     .arg(self.id.as_str())
                     .arg(&self.token)
                     .invoke(con)
@@ -150,6 +153,7 @@ impl<T: Codec> Delivery<T> {
         if n == 1 {
             // Not a repeated ack of a message already gone.
             self.queue.state.metrics.acked.add(1);
+            self.queue.state.gate.slot_freed();
         }
         Ok(())
     }
@@ -244,13 +248,16 @@ impl<T: Codec> Queue<T> {
                 .arg(why)
                 .invoke(con)
         })?;
+        if n > 0 {
+            self.state.gate.slot_freed();
+        }
         Ok(count_nack(&self.state.metrics, n))
     }
 }
 
 /// `nack.lua`'s keys, in its order (ARGV: id, token, delay ms,
 /// max_deliveries, why). Every sender of the script takes them from here.
-pub(crate) fn nack_keys(keys: &Keys) -> [&str; 8] {
+pub(crate) fn nack_keys(keys: &Keys) -> [&str; 9] {
     [
         &keys.inflight,
         &keys.lease,
@@ -260,6 +267,7 @@ pub(crate) fn nack_keys(keys: &Keys) -> [&str; 8] {
         &keys.dead,
         &keys.reason,
         &keys.wake,
+        &keys.controls,
     ]
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::codec::Codec;
 use super::keys::{MAX_ID_LEN, validate_name};
+use super::limits::{option_fields, write_controls};
 use super::message::MessageId;
 use super::options::QueueOptions;
 use super::state::QueueState;
@@ -71,6 +72,12 @@ impl Redwheel {
     /// opens share that job; their `transfer_batch` and `guard_interval`
     /// are ignored, their `max_payload_bytes` applies to their handle.
     ///
+    /// Options that are the queue's controls (`rate_limit`,
+    /// `max_in_flight`, `max_len`) are written to Redis, for every process:
+    /// only then does this talk to Redis, and it fails as a write does
+    /// ([`ErrorKind::Unavailable`], [`ErrorKind::OutcomeUnknown`]) when
+    /// Redis cannot be reached.
+    ///
     /// Fails with [`ErrorKind::InvalidName`] for an empty name, one over
     /// 200 bytes, or one holding `{`, `}` or control characters, and
     /// [`ErrorKind::InvalidOption`] for an option out of range.
@@ -120,6 +127,10 @@ impl Redwheel {
             )
             .in_queue(name));
         }
+        let controls = option_fields(&options);
+        if !controls.is_empty() {
+            write_controls(rt, &state.keys, &controls).map_err(|e| e.in_queue(name))?;
+        }
         if created {
             open_transfer(rt, &state, &options);
         }
@@ -141,7 +152,11 @@ fn open_transfer(rt: &Arc<Runtime>, state: &Arc<QueueState>, options: &QueueOpti
     let key = state.job_key.clone();
     let on_message = {
         let (weak, key) = (weak.clone(), key.clone());
+        let gate = Arc::clone(&state.gate);
         move |payload: &[u8]| {
+            // A resume, a changed limit or a freed in-flight slot: consumers
+            // held back by the controls look again.
+            gate.open();
             let Some(rt) = weak.upgrade() else { return };
             let due = std::str::from_utf8(payload)
                 .ok()

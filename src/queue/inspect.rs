@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 
 use super::keys::{Keys, validate_name};
+use super::limits::{QueueLimits, read_limits};
 use super::stats::QueueStats;
 use super::stats::read_stats;
 use super::stored::split_stored;
@@ -26,7 +27,8 @@ type Details = (Vec<Option<Vec<u8>>>, Vec<Option<u32>>, Vec<Option<String>>);
 pub enum MessageState {
     /// Not yet due (`delayed`), earliest due first.
     Delayed,
-    /// Due, waiting for a consumer (`ready`), in delivery order.
+    /// Due, waiting for a consumer (`prioritized` by priority, then
+    /// `ready`), in delivery order.
     Ready,
     /// Claimed and not yet acked (`inflight`), earliest visibility deadline first.
     InFlight,
@@ -150,6 +152,8 @@ impl QueueInspector {
                     .arg(&k.inflight)
                     .arg(&k.dead)
                     .arg(&k.counts)
+                    .arg(&k.prioritized)
+                    .arg(&k.controls)
                     .query(con)
             })
             .map_err(|e| self.tag(e))?;
@@ -166,6 +170,13 @@ impl QueueInspector {
     /// (epoch ms) at the instant they were read.
     pub fn stats_at(&self) -> Result<(QueueStats, u64), Error> {
         read_stats(self.rw.runtime(), &self.keys).map_err(|e| self.tag(e))
+    }
+
+    /// The queue's controls (pause, rate limit, max in flight, max length)
+    /// as stored in Redis, as [`Queue::limits`](super::Queue::limits) reads
+    /// them.
+    pub fn limits(&self) -> Result<QueueLimits, Error> {
+        read_limits(self.rw.runtime(), &self.keys).map_err(|e| self.tag(e))
     }
 
     /// The delivery counter kept by the take and claim scripts.
@@ -201,12 +212,17 @@ impl QueueInspector {
             .runtime()
             .run(&k.delayed, Access::Read, |con| match state {
                 MessageState::Ready => {
-                    let ids: Vec<String> = redis::cmd("LRANGE")
+                    let (pri, ids): (Vec<String>, Vec<String>) = redis::pipe()
+                        .cmd("ZRANGE")
+                        .arg(&k.prioritized)
+                        .arg(0)
+                        .arg(stop)
+                        .cmd("LRANGE")
                         .arg(&k.ready)
                         .arg(0)
                         .arg(stop)
                         .query(con)?;
-                    Ok(ids.into_iter().map(|id| (id, None)).collect())
+                    Ok(ready_order(pri, ids, n))
                 }
                 MessageState::Delayed | MessageState::InFlight | MessageState::Dead => {
                     let key = match state {
@@ -287,12 +303,16 @@ impl QueueInspector {
     pub fn ready_ages(&self, sample: usize) -> Result<ReadyAges, Error> {
         let k = &self.keys;
         let stop = i64::try_from(sample.max(1)).unwrap_or(i64::MAX) - 1;
-        let ((secs, micros), ids): ((u64, u64), Vec<String>) = self
+        let ((secs, micros), pri, ids): ((u64, u64), Vec<String>, Vec<String>) = self
             .rw
             .runtime()
             .run(&k.ready, Access::Read, |con| {
                 redis::pipe()
                     .cmd("TIME")
+                    .cmd("ZRANGE")
+                    .arg(&k.prioritized)
+                    .arg(0)
+                    .arg(stop)
                     .cmd("LRANGE")
                     .arg(&k.ready)
                     .arg(0)
@@ -301,6 +321,10 @@ impl QueueInspector {
             })
             .map_err(|e| self.tag(e))?;
         let now_ms = secs * 1_000 + micros / 1_000;
+        let ids: Vec<String> = ready_order(pri, ids, sample.max(1))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         if ids.is_empty() {
             return Ok(ReadyAges {
                 now_ms,
@@ -321,6 +345,21 @@ impl QueueInspector {
             .collect();
         Ok(ReadyAges { now_ms, ages_ms })
     }
+}
+
+/// The first `n` ready ids in the order they are handed out: the
+/// prioritized ones, then the ready list without its wake marker (`""`).
+fn ready_order(
+    prioritized: Vec<String>,
+    list: Vec<String>,
+    n: usize,
+) -> Vec<(String, Option<u64>)> {
+    prioritized
+        .into_iter()
+        .chain(list.into_iter().filter(|id| !id.is_empty()))
+        .take(n)
+        .map(|id| (id, None))
+        .collect()
 }
 
 impl Keys {

@@ -34,6 +34,25 @@ pub(crate) struct Keys {
     /// HASH: id → entries of `ready` left by a removed message (skipped,
     /// not delivered, by take and claim).
     pub stale: String,
+    /// HASH: the queue's controls (pause, rate limit, max in flight, max
+    /// length) and the flags the scripts keep (priorities or ttls in use,
+    /// a claim waiting for an in-flight slot).
+    pub controls: String,
+    /// ZSET: due messages of priority 1 ..= 9, by band and due time.
+    pub prioritized: String,
+    /// HASH: id → priority (1 ..= 9; absent for 0).
+    pub priority: String,
+    /// ZSET: id → the time by which it must be handed out (due + ttl),
+    /// for messages with a ttl not yet handed out.
+    pub expires: String,
+    /// HASH: dedup key → id of the message now offered under it, where
+    /// the id is not the key itself (a debounced message's successor).
+    pub dedup: String,
+    /// ZSET: the deliveries of the last rate-limit window (the sliding log).
+    pub rate: String,
+    /// `redwheel:{N}:throttle:`, followed by a dedup key: a STRING that
+    /// lives for a throttle window after an offer under that key.
+    throttle_prefix: String,
 }
 
 impl Keys {
@@ -51,7 +70,22 @@ impl Keys {
             reason: k("reason"),
             counts: k("counts"),
             stale: k("stale"),
+            controls: k("controls"),
+            prioritized: k("prioritized"),
+            priority: k("priority"),
+            expires: k("expires"),
+            dedup: k("dedup"),
+            rate: k("rate"),
+            throttle_prefix: k("throttle:"),
         }
+    }
+
+    /// The throttle marker of dedup key `key`.
+    pub(crate) fn throttle(&self, key: &str) -> String {
+        let mut s = String::with_capacity(self.throttle_prefix.len() + key.len());
+        s.push_str(&self.throttle_prefix);
+        s.push_str(key);
+        s
     }
 }
 
@@ -77,5 +111,7 @@ mod tests {
         assert_eq!(k.msg, "redwheel:{orders}:msg");
         assert_eq!(k.ready, "redwheel:{orders}:ready");
         assert_eq!(k.wake, "redwheel:{orders}:wake");
+        assert_eq!(k.controls, "redwheel:{orders}:controls");
+        assert_eq!(k.throttle("a:b"), "redwheel:{orders}:throttle:a:b");
     }
 }

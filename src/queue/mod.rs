@@ -49,14 +49,18 @@
 mod claim;
 mod codec;
 mod consumer;
+mod controls;
 mod dead;
 mod delivery;
+mod gate;
 mod handle;
 mod ids;
 pub mod inspect;
 mod keys;
+mod limits;
 mod message;
 mod offer;
+mod offer_with;
 mod options;
 mod pop;
 mod remove;
@@ -77,7 +81,9 @@ pub use self::dead::DeadLetter;
 pub use self::delivery::{Delivery, Nacked};
 pub use self::handle::{Queue, TransferStats};
 pub use self::keys::{MAX_ID_LEN, MAX_NAME_LEN};
+pub use self::limits::{Limit, QueueLimits};
 pub use self::message::{Message, MessageId};
+pub use self::offer_with::{Dedup, MAX_PRIORITY, OfferOptions, Offered};
 pub use self::options::{ConsumerOptions, QueueOptions};
 pub use self::stats::QueueStats;
 

@@ -18,8 +18,12 @@ impl<T: Codec> Queue<T> {
     /// Offers `payload`, due `delay` from now by the Redis server's clock.
     /// Returns its id.
     ///
+    /// A shorthand for [`offer_with`](Queue::offer_with)`(payload,
+    /// OfferOptions::after(delay))`: a fresh id, priority 0, no ttl.
+    ///
     /// Fails with [`ErrorKind::PayloadTooLarge`], [`ErrorKind::Encode`],
-    /// [`ErrorKind::DelayOverflow`] (nothing is written),
+    /// [`ErrorKind::DelayOverflow`], [`ErrorKind::QueueFull`] (the queue
+    /// holds `max_len` messages; nothing is written),
     /// [`ErrorKind::Unavailable`] when Redis cannot be reached (nothing is
     /// written), or [`ErrorKind::OutcomeUnknown`] when Redis stopped
     /// answering after the offer was sent (it may have been written; retry
@@ -38,7 +42,8 @@ impl<T: Codec> Queue<T> {
 
     /// Offers `payload`, due at `at` (wall-clock time, compared with the
     /// Redis server's clock). A time in the past is clamped to now: the
-    /// message is due at once.
+    /// message is due at once. A shorthand for
+    /// [`offer_with`](Queue::offer_with)`(payload, OfferOptions::at(at))`.
     ///
     /// ```no_run
     /// use std::time::{Duration, SystemTime};
@@ -62,11 +67,23 @@ impl<T: Codec> Queue<T> {
     /// from now: the idempotent offer, for producers that retry.
     ///
     /// Returns `true` if the message was added, `false` if a message with
-    /// this id is already known to the queue (waiting, due, or a dead
-    /// letter): then nothing changes, its payload and due time stay as they
-    /// were. So after [`ErrorKind::OutcomeUnknown`], offering the same id
-    /// again is safe: the message ends up in the queue exactly once. Once
-    /// the message has been taken, the id is free again.
+    /// this id is already known to the queue (waiting, due, in flight, or a
+    /// dead letter): then nothing changes, its payload and due time stay as
+    /// they were. A shorthand for [`offer_with`](Queue::offer_with)`(payload,
+    /// OfferOptions::after(delay).id(id))` ([`Dedup::Keep`]).
+    ///
+    /// What a retry after [`ErrorKind::OutcomeUnknown`] gets: while the
+    /// first attempt's message (if it was written) is still known to the
+    /// queue, `false`, and the message is there once. But once that message
+    /// has been taken or acked, the id is free again, and the retry writes
+    /// it a second time: a fast consumer can get there between the attempt
+    /// and its retry. To retry safely whatever the consumers do, offer with
+    /// [`Dedup::Throttle`]`(window)` (a window longer than your retries):
+    /// then the key is refused for the window after the write, consumed or
+    /// not.
+    ///
+    /// [`Dedup::Keep`]: crate::Dedup::Keep
+    /// [`Dedup::Throttle`]: crate::Dedup::Throttle
     ///
     /// Fails with [`ErrorKind::InvalidId`] for an empty id or one over 128
     /// bytes, and as [`offer`](Queue::offer) otherwise.
@@ -112,6 +129,8 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.delayed)
                     .key(&keys.msg)
                     .key(&keys.wake)
+                    .key(&keys.controls)
+                    .key(&keys.dead)
                     .arg(mode)
                     .arg(value)
                     .arg(id)
@@ -135,6 +154,13 @@ impl<T: Codec> Queue<T> {
     /// each); if Redis fails midway, the chunks already written stay. For a
     /// batch that can be retried safely, use
     /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids).
+    ///
+    /// With `QueueOptions::max_len`, each chunk is written whole or not at
+    /// all: a chunk that does not fit under the bound fails with
+    /// [`ErrorKind::QueueFull`] and writes nothing, the chunks before it
+    /// stay written and the ones after it are not sent (the error's message
+    /// says how many were written). So a batch of up to 1,000 is all or
+    /// nothing.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -232,6 +258,8 @@ impl<T: Codec> Queue<T> {
             inv.key(&keys.delayed)
                 .key(&keys.msg)
                 .key(&keys.wake)
+                .key(&keys.controls)
+                .key(&keys.dead)
                 .arg(mode)
                 .arg(if check_ids { "k" } else { "n" });
             for (id, ms, bytes) in chunk {
@@ -244,7 +272,7 @@ impl<T: Codec> Queue<T> {
                     .run(&keys.delayed, Access::Write, |con| {
                         Ok((inv.invoke(con)?, self.wait(con)?))
                     })
-                    .map_err(|e| self.tag(e))?;
+                    .map_err(|e| self.tag(partly_full(e, added.len(), encoded.len())))?;
                 let new = flags.iter().filter(|&&f| f == 1).count();
                 self.state.metrics.offered.add(new as u64);
                 self.check_replicas(replicas, None)?;
@@ -254,7 +282,7 @@ impl<T: Codec> Queue<T> {
                     .run(&keys.delayed, Access::Write, |con| {
                         Ok((inv.invoke(con)?, self.wait(con)?))
                     })
-                    .map_err(|e| self.tag(e))?;
+                    .map_err(|e| self.tag(partly_full(e, added.len(), encoded.len())))?;
                 self.state.metrics.offered.add(chunk.len() as u64);
                 self.check_replicas(replicas, None)?;
                 added.resize(added.len() + chunk.len(), true);
@@ -265,7 +293,7 @@ impl<T: Codec> Queue<T> {
 
     /// With `wait_replicas`, `WAIT`s on `con` (after a write on it) and
     /// returns how many replicas acknowledged.
-    fn wait(&self, con: &mut Conn) -> redis::RedisResult<Option<i64>> {
+    pub(super) fn wait(&self, con: &mut Conn) -> redis::RedisResult<Option<i64>> {
         let Some((n, timeout)) = self.wait_replicas else {
             return Ok(None);
         };
@@ -275,7 +303,7 @@ impl<T: Codec> Queue<T> {
         redis::cmd("WAIT").arg(n).arg(ms).query(con).map(Some)
     }
 
-    fn check_replicas(&self, acked: Option<i64>, id: Option<&str>) -> Result<(), Error> {
+    pub(super) fn check_replicas(&self, acked: Option<i64>, id: Option<&str>) -> Result<(), Error> {
         let (Some(acked), Some((n, timeout))) = (acked, self.wait_replicas) else {
             return Ok(());
         };
@@ -293,4 +321,19 @@ impl<T: Codec> Queue<T> {
             None => self.tag(e),
         })
     }
+}
+
+/// A batch's `QueueFull` after `done` of its `total` messages were sent in
+/// earlier chunks: says so (the chunks before stay written).
+fn partly_full(e: Error, done: usize, total: usize) -> Error {
+    if e.kind() != ErrorKind::QueueFull || done == 0 {
+        return e;
+    }
+    Error::new(
+        ErrorKind::QueueFull,
+        format!(
+            "the queue is full (max_len): the first {done} of the batch's {total} messages were written, the rest were not"
+        ),
+    )
+    .with_cause(e)
 }

@@ -12,6 +12,10 @@ const MAX_GUARD_INTERVAL: Duration = Duration::from_secs(86_400);
 /// Largest `max_payload_bytes`: Redis's own limit on one string (512 MiB).
 const MAX_PAYLOAD_LIMIT: usize = 512 << 20;
 
+/// Largest `max` of a rate limit: the sliding log holds one entry per
+/// delivery of the window (about 60 bytes each in Redis).
+pub(crate) const MAX_RATE: u32 = 1_000_000;
+
 /// Options of one queue, for [`Redwheel::queue_with`].
 ///
 /// ```no_run
@@ -35,6 +39,9 @@ pub struct QueueOptions {
     pub(crate) wait_replicas: Option<(u32, Duration)>,
     pub(crate) visibility: Duration,
     pub(crate) max_deliveries: u32,
+    pub(crate) rate_limit: Option<(u32, Duration)>,
+    pub(crate) max_in_flight: Option<u64>,
+    pub(crate) max_len: Option<u64>,
 }
 
 impl Default for QueueOptions {
@@ -46,6 +53,9 @@ impl Default for QueueOptions {
             wait_replicas: None,
             visibility: Duration::from_secs(30),
             max_deliveries: 10,
+            rate_limit: None,
+            max_in_flight: None,
+            max_len: None,
         }
     }
 }
@@ -111,6 +121,50 @@ impl QueueOptions {
         self
     }
 
+    /// A fleet-wide rate limit: no interval of length `per` (a sliding
+    /// window, not fixed buckets) sees more than `max` messages handed out
+    /// by `take`, `poll`, `claim` and `consume`, across every process.
+    /// `max` 1 ..= 1,000,000; `per` 1 ms ..= 1 day, in whole milliseconds
+    /// (rounded up).
+    ///
+    /// The limit is stored in Redis (`redwheel:{N}:controls`), so every
+    /// process obeys it, also those that open the queue without it: opening
+    /// with this option writes it (replacing the queue's rate limit, if it
+    /// had one); opening without it leaves the stored one alone.
+    /// [`Queue::lift_limit`] removes it; `redwheel limits QUEUE` shows it.
+    /// Consumers held back wait in their process, woken by its driver when
+    /// the window lets the next one through (no polling).
+    ///
+    /// [`Queue::lift_limit`]: crate::Queue::lift_limit
+    pub fn rate_limit(mut self, max: u32, per: Duration) -> Self {
+        self.rate_limit = Some((max, per));
+        self
+    }
+
+    /// A fleet-wide bound on messages claimed and not yet acked (or given
+    /// back, or expired): a `claim` finds no more than `n` in flight across
+    /// every process, and waits (woken when one ends) otherwise. `take` is
+    /// not bound by it (a taken message is not in flight). `n` 1 ..= 2^32.
+    /// Stored in Redis like [`rate_limit`](QueueOptions::rate_limit).
+    pub fn max_in_flight(mut self, n: u64) -> Self {
+        self.max_in_flight = Some(n);
+        self
+    }
+
+    /// A bound on the queue's length ([`Queue::len`]: delayed, ready and in
+    /// flight; dead letters are not counted): an offer that would pass it
+    /// fails with [`ErrorKind::QueueFull`] and writes nothing. A batch
+    /// offer is written per chunk of up to 1,000, each all or nothing (see
+    /// [`Queue::offer_batch`]). `n` >= 1. Stored in Redis like
+    /// [`rate_limit`](QueueOptions::rate_limit).
+    ///
+    /// [`Queue::len`]: crate::Queue::len
+    /// [`Queue::offer_batch`]: crate::Queue::offer_batch
+    pub fn max_len(mut self, n: u64) -> Self {
+        self.max_len = Some(n);
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), Error> {
         let bad = |name: &str, reason: String| {
             Err(Error::new(
@@ -118,6 +172,25 @@ impl QueueOptions {
                 format!("invalid option `{name}`: {reason}"),
             ))
         };
+        if let Some((max, per)) = self.rate_limit
+            && (max == 0
+                || max > MAX_RATE
+                || per < Duration::from_millis(1)
+                || per > MAX_GUARD_INTERVAL)
+        {
+            return bad(
+                "rate_limit",
+                format!("{max} per {per:?}: needs 1..={MAX_RATE} per 1 ms ..= 1 day"),
+            );
+        }
+        if let Some(n) = self.max_in_flight
+            && (n == 0 || n > 1 << 32)
+        {
+            return bad("max_in_flight", format!("{n} is not in 1..=2^32"));
+        }
+        if self.max_len == Some(0) {
+            return bad("max_len", "must be at least 1".to_owned());
+        }
         if self.transfer_batch == 0 || self.transfer_batch > TRANSFER_BATCH_MAX {
             return bad(
                 "transfer_batch",

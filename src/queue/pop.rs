@@ -1,22 +1,50 @@
 //! The blocking pop shared by `take` and `claim`: run the pop script, and
 //! if it found nothing, block on the ready list (server-side, at most
-//! `max_block` a round) and run it again; wait out Redis being unreachable
-//! and a moving cluster slot.
+//! `max_block` a round) and run it again; while the queue's controls hold
+//! the caller back, wait at the queue's gate instead (in this process, woken
+//! by the driver or the wake channel, see `gate.rs`); wait out Redis being
+//! unreachable and a moving cluster slot.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::codec::Codec;
 use super::handle::Queue;
 use crate::error::{Access, Error};
-use crate::runtime::{Backoff, Conn, shut_down};
+use crate::runtime::{Backoff, Conn, Deadline, random_u64, shut_down};
 use crate::telemetry;
 
+/// 64 random bits per process, then a counter: a prefix no two pop script
+/// calls share (claim tokens, entries of the rate limit's log).
+pub(super) fn call_prefix() -> String {
+    use std::sync::OnceLock;
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(random_u64);
+    format!("{seed:x}.{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// What one round of a pop script gave.
+enum Popped {
+    /// A reply with something in it, for the caller to read.
+    Found(redis::Value),
+    /// Nothing was ready (or the wait ran out).
+    Nothing,
+    /// The controls held it back: -1 paused, -2 no in-flight slot, or µs
+    /// until the rate limit lets the next delivery through.
+    Gated(i64),
+}
+
 impl<T: Codec> Queue<T> {
-    /// Runs `script` (which pops from the ready list and replies with `Nil`,
-    /// or an array of at most `header` elements, when it found nothing)
-    /// until it finds something or `deadline` passes, waiting on the ready
-    /// list in between (blocking server-side, at most `max_block` a round).
-    /// Waits out Redis being unreachable and a moving cluster slot.
+    /// Runs `script` (which pops from the ready list and replies with an
+    /// array whose first `header` elements are a header: the gate, then the
+    /// messages it found past their ttl, then its own; more elements only
+    /// when it found something) until it finds something or `deadline`
+    /// passes, waiting on the ready list in between (blocking server-side,
+    /// at most `max_block` a round), or at the queue's gate while the
+    /// controls hold it back (at most `max_block` a round too, so shutdown
+    /// is noticed). Waits out Redis being unreachable and a moving cluster
+    /// slot.
     pub(crate) fn wait_pop(
         &self,
         deadline: Option<Instant>,
@@ -36,10 +64,14 @@ impl<T: Codec> Queue<T> {
             args,
             header,
         };
+        let gate = &self.state.gate;
         loop {
             if rt.is_shut_down() {
                 return Err(self.tag(shut_down()));
             }
+            // Read before the script runs, so an opening of the gate between
+            // its reply and the wait below is not missed.
+            let seen = gate.generation();
             let mut con = match rt.blocking(&self.state.keys.ready) {
                 Ok(c) => c,
                 Err(e) if e.is_transient() => {
@@ -52,15 +84,38 @@ impl<T: Codec> Queue<T> {
                 Err(e) => return Err(self.tag(e)),
             };
             match self.pop_round(&mut con.con, deadline, max_block, &pop) {
-                Ok(Some(value)) => {
+                Ok(Popped::Found(value)) => {
                     rt.put_blocking(con);
                     return Ok(Some(value));
                 }
-                Ok(None) => {
+                Ok(Popped::Nothing) => {
                     rt.put_blocking(con);
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Ok(None);
                     }
+                    backoff.reset();
+                }
+                Ok(Popped::Gated(g)) => {
+                    rt.put_blocking(con);
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
+                        return Ok(None);
+                    }
+                    let mut until = now + max_block;
+                    if let Some(d) = deadline {
+                        until = until.min(d);
+                    }
+                    if g > 0 {
+                        // The rate window lets the next one through in `g`
+                        // µs (measured from the script's TIME, so never
+                        // early): the driver runs the queue's transfer job
+                        // then, which opens the gate.
+                        rt.driver.announce(
+                            &self.state.job_key,
+                            Deadline::After(Duration::from_micros(g as u64)),
+                        );
+                    }
+                    gate.wait(seen, until, g == -2);
                     backoff.reset();
                 }
                 Err(e) if slot_is_moving(&e) => {
@@ -101,7 +156,7 @@ impl<T: Codec> Queue<T> {
         deadline: Option<Instant>,
         max_block: Duration,
         pop: &Pop<'_>,
-    ) -> redis::RedisResult<Option<redis::Value>> {
+    ) -> redis::RedisResult<Popped> {
         let Pop {
             op,
             script,
@@ -120,22 +175,27 @@ impl<T: Codec> Queue<T> {
             }
             inv.invoke(con)
         };
-        let found = |v: redis::Value| -> Option<redis::Value> {
-            match &v {
-                redis::Value::Nil => None,
-                redis::Value::Array(items) if items.len() <= header => None,
-                _ => Some(v),
+        let read = |v: redis::Value| -> Popped {
+            let redis::Value::Array(items) = &v else {
+                return Popped::Found(v);
+            };
+            self.count_expired(&v);
+            match header_int(items, 0) {
+                0 if items.len() > header => Popped::Found(v),
+                0 => Popped::Nothing,
+                g => Popped::Gated(g),
             }
         };
-        if let Some(v) = found(invoke(con)?) {
-            return Ok(Some(v));
+        match read(invoke(con)?) {
+            Popped::Nothing => {}
+            other => return Ok(other),
         }
         let block = match deadline {
             None => max_block,
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left < Duration::from_millis(1) {
-                    return Ok(None);
+                    return Ok(Popped::Nothing);
                 }
                 left.min(max_block)
             }
@@ -171,7 +231,29 @@ impl<T: Codec> Queue<T> {
             }
             other => other?,
         };
-        Ok(found(reply.0))
+        Ok(read(reply.0))
+    }
+}
+
+impl<T: Codec> Queue<T> {
+    /// Counts the messages a pop script's reply says it found past their
+    /// ttl (the header's second element) in the queue's metrics.
+    pub(super) fn count_expired(&self, reply: &redis::Value) {
+        if let redis::Value::Array(items) = reply {
+            let expired = header_int(items, 1);
+            if expired > 0 {
+                self.state.metrics.expired.add(expired as u64);
+                self.state.metrics.dead_lettered.add(expired as u64);
+            }
+        }
+    }
+}
+
+/// Element `i` of a pop script's reply header, as an integer (0 if absent).
+fn header_int(items: &[redis::Value], i: usize) -> i64 {
+    match items.get(i) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
     }
 }
 
@@ -206,8 +288,9 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 }
 
 /// A pop script with its keys and arguments, for [`Queue::wait_pop`]: the
-/// script replies `Nil`, or an array of at most `header` elements, when it
-/// found nothing.
+/// script replies an array of `header` elements (the gate, the messages it
+/// found past their ttl, then its own) when it found nothing, more when it
+/// found something.
 #[derive(Clone, Copy)]
 struct Pop<'a> {
     /// What it is and the most messages it pops, for the round trip's

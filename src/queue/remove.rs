@@ -47,6 +47,9 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.attempts)
                     .key(&keys.reason)
                     .key(&keys.stale)
+                    .key(&keys.prioritized)
+                    .key(&keys.priority)
+                    .key(&keys.expires)
                     .arg(id.as_str())
                     .invoke(con)
             })
@@ -55,8 +58,10 @@ impl<T: Codec> Queue<T> {
     }
 
     /// Deletes every message of the queue (delayed, ready, in flight and
-    /// dead letters, with their leases, attempt counts and reasons);
-    /// returns how many there were.
+    /// dead letters, with their leases, attempt counts, reasons, priorities,
+    /// ttls and debounce successors); returns how many there were. The
+    /// queue's controls (pause, limits), its rate limit's window and its
+    /// throttle windows stay.
     pub fn clear(&self) -> Result<u64, Error> {
         let keys = &self.state.keys;
         let _span = telemetry::queue_op("clear", &self.state.name, 0);
@@ -73,6 +78,11 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.attempts)
                     .key(&keys.reason)
                     .key(&keys.stale)
+                    .key(&keys.prioritized)
+                    .key(&keys.priority)
+                    .key(&keys.expires)
+                    .key(&keys.dedup)
+                    .key(&keys.controls)
                     .invoke(con)
             })
             .map_err(|e| self.tag(e))?;

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::gate::Gate;
 use super::keys::Keys;
 use super::transfer::TransferJob;
 use crate::telemetry::QueueMetrics;
@@ -17,6 +18,8 @@ pub(crate) struct QueueState {
     pub transfer: Arc<TransferJob>,
     /// Its metric handles (no-ops without the `metrics` feature).
     pub metrics: QueueMetrics,
+    /// Where its consumers wait while the controls hold them back.
+    pub gate: Arc<Gate>,
 }
 
 impl QueueState {
@@ -25,12 +28,20 @@ impl QueueState {
     /// letters.
     pub(crate) fn new(name: &str, batch: usize, max_deliveries: u32) -> QueueState {
         let keys = Keys::new(name);
+        let gate = Arc::new(Gate::default());
         QueueState {
             name: name.to_owned(),
             job_key: keys.delayed.clone(),
-            transfer: Arc::new(TransferJob::new(name, &keys, batch, max_deliveries)),
+            transfer: Arc::new(TransferJob::new(
+                name,
+                &keys,
+                batch,
+                max_deliveries,
+                Arc::clone(&gate),
+            )),
             metrics: QueueMetrics::new(name),
             keys,
+            gate,
         }
     }
 }

@@ -17,8 +17,8 @@ use crate::telemetry;
 pub struct QueueStats {
     /// Not yet due.
     pub delayed: u64,
-    /// Due, waiting for a consumer (may count ids removed after they fell
-    /// due, until a consumer skips them).
+    /// Due, waiting for a consumer, at any priority (may count ids removed
+    /// after they fell due, until a consumer skips them).
     pub ready: u64,
     /// Claimed and not yet acked.
     pub in_flight: u64,
@@ -29,6 +29,10 @@ pub struct QueueStats {
     pub oldest_overdue: Option<Duration>,
     /// When the next delayed message falls due (Redis clock), if any.
     pub next_due: Option<SystemTime>,
+    /// Messages whose ttl ran out before they were handed out, so far, by
+    /// every process (each is a dead letter with reason `expired`, until
+    /// removed or requeued).
+    pub expired: u64,
 }
 
 impl<T: Codec> Queue<T> {
@@ -98,13 +102,14 @@ impl<T: Codec> Queue<T> {
 /// (epoch ms) at the instant they were read. Shared by [`Queue::stats`]
 /// and the operators' inspector, which reads without opening the queue.
 pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64), Error> {
-    let (delayed, ready, in_flight, dead, overdue, next_due, now): (
+    let (delayed, ready, in_flight, dead, overdue, next_due, now, expired): (
         u64,
         u64,
         u64,
         u64,
         i64,
         i64,
+        u64,
         u64,
     ) = rt.run(&keys.delayed, Access::Read, |con| {
         scripts::STATS
@@ -113,6 +118,8 @@ pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64),
             .key(&keys.inflight)
             .key(&keys.dead)
             .key(&keys.msg)
+            .key(&keys.prioritized)
+            .key(&keys.counts)
             .invoke(con)
     })?;
     let stats = QueueStats {
@@ -122,6 +129,7 @@ pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64),
         dead,
         oldest_overdue: (overdue >= 0).then(|| Duration::from_millis(overdue as u64)),
         next_due: (next_due >= 0).then(|| UNIX_EPOCH + Duration::from_millis(next_due as u64)),
+        expired,
     };
     Ok((stats, now))
 }

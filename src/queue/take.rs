@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::codec::Codec;
 use super::handle::Queue;
 use super::message::{Message, MessageId};
+use super::pop::call_prefix;
 use super::stored::parse_stored;
 use crate::error::{Error, ErrorKind};
 use crate::scripts;
@@ -23,6 +24,12 @@ impl<T: Codec> Queue<T> {
     /// lost). A connection lost while waiting is re-opened and the wait
     /// goes on; a message whose take script ran just as the connection
     /// broke is lost with the reply (at-most-once).
+    ///
+    /// The queue's controls apply: while it is paused, or its rate limit
+    /// lets no delivery through, this waits (in this process, woken when a
+    /// resume is announced or the rate window reopens). Messages of a
+    /// higher priority come first; one past its ttl is made a dead letter,
+    /// never taken.
     pub fn take(&self) -> Result<Message<T>, Error> {
         match self.take_until(None)? {
             Some(m) => Ok(m),
@@ -51,6 +58,7 @@ impl<T: Codec> Queue<T> {
 
     fn take_until(&self, deadline: Option<Instant>) -> Result<Option<Message<T>>, Error> {
         let keys = &self.state.keys;
+        let prefix = call_prefix();
         let popped = self.wait_pop(
             deadline,
             ("take", 1),
@@ -61,16 +69,26 @@ impl<T: Codec> Queue<T> {
                 &keys.attempts,
                 &keys.counts,
                 &keys.stale,
+                &keys.controls,
+                &keys.prioritized,
+                &keys.priority,
+                &keys.expires,
+                &keys.rate,
+                &keys.dead,
+                &keys.reason,
             ],
-            &[],
-            0,
+            &[prefix.as_bytes()],
+            2,
         )?;
         let Some(value) = popped else {
             return Ok(None);
         };
-        let (id, stored): (String, Vec<u8>) = redis::from_redis_value(value).map_err(|e| {
-            self.tag(Error::new(ErrorKind::Protocol, "unexpected reply to take.lua").with_cause(e))
-        })?;
+        let (_gate, _expired, id, stored): (i64, i64, String, Vec<u8>) =
+            redis::from_redis_value(value).map_err(|e| {
+                self.tag(
+                    Error::new(ErrorKind::Protocol, "unexpected reply to take.lua").with_cause(e),
+                )
+            })?;
         match parse_stored::<T>(&stored) {
             Ok((due_ms, payload)) => {
                 let rt = self.rt();

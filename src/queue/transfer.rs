@@ -1,11 +1,14 @@
 //! A queue's transfer job: the driver job that runs `transfer.lua`, which
 //! moves due ids to the ready list, redelivers (or kills) claims whose
-//! visibility expired, and says how long until the next due time.
+//! visibility expired, makes messages past their ttl dead letters, and says
+//! how long until the next due time. Each run opens the queue's gate, so
+//! consumers held back by its controls look again.
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use super::gate::Gate;
 use super::keys::Keys;
 use crate::error::{Error, ErrorKind};
 use crate::runtime::{Commands, Job, Next, slot};
@@ -27,18 +30,29 @@ pub(crate) struct TransferJob {
     pub moved: AtomicU64,
     /// `redwheel_messages_transferred_total` of this queue.
     transferred: Counter,
-    /// `redwheel_messages_dead_lettered_total`: expired claims at the limit.
+    /// `redwheel_messages_dead_lettered_total`: expired claims at the
+    /// limit, and messages past their ttl.
     died: Counter,
-    /// `EVALSHA <transfer> 8 <keys…> <batch> <max_deliveries>`, packed once.
+    /// `redwheel_messages_expired_total`: messages past their ttl.
+    expired: Counter,
+    /// `EVALSHA <transfer> 15 <keys…> <batch> <max_deliveries>`, packed once.
     packed: Box<[u8]>,
     name: String,
+    /// Opened after every run: held-back consumers look again.
+    gate: Arc<Gate>,
 }
 
 impl TransferJob {
-    pub(super) fn new(name: &str, keys: &Keys, batch: usize, max_deliveries: u32) -> TransferJob {
+    pub(super) fn new(
+        name: &str,
+        keys: &Keys,
+        batch: usize,
+        max_deliveries: u32,
+        gate: Arc<Gate>,
+    ) -> TransferJob {
         let packed = redis::cmd("EVALSHA")
             .arg(scripts::TRANSFER.get_hash())
-            .arg(8)
+            .arg(15)
             .arg(&keys.delayed)
             .arg(&keys.ready)
             .arg(&keys.inflight)
@@ -47,6 +61,13 @@ impl TransferJob {
             .arg(&keys.attempts)
             .arg(&keys.dead)
             .arg(&keys.reason)
+            .arg(&keys.controls)
+            .arg(&keys.prioritized)
+            .arg(&keys.priority)
+            .arg(&keys.expires)
+            .arg(&keys.stale)
+            .arg(&keys.counts)
+            .arg(&keys.wake)
             .arg(batch)
             .arg(max_deliveries)
             .get_packed_command()
@@ -58,8 +79,10 @@ impl TransferJob {
             moved: AtomicU64::new(0),
             transferred: QueueMetrics::transferred(name),
             died: QueueMetrics::dead_lettered(name),
+            expired: QueueMetrics::expired(name),
             packed,
             name: name.to_owned(),
+            gate,
         }
     }
 }
@@ -80,7 +103,12 @@ impl Job for TransferJob {
     }
 
     fn on_reply(&self, replies: &[redis::Value]) -> Result<Next, Error> {
-        let (moved, wait_us, died) = parse_transfer_reply(replies).ok_or_else(|| {
+        let Reply {
+            moved,
+            wait_us,
+            died,
+            expired,
+        } = parse_transfer_reply(replies).ok_or_else(|| {
             Error::new(
                 ErrorKind::Protocol,
                 format!("unexpected reply to transfer.lua: {replies:?}"),
@@ -88,6 +116,17 @@ impl Job for TransferJob {
             .in_queue(&self.name)
         })?;
         self.runs.fetch_add(1, Ordering::Relaxed);
+        self.gate.open();
+        if expired > 0 {
+            self.expired.add(expired);
+            self.died.add(expired);
+            tracing::debug!(
+                target: "redwheel::queue",
+                queue = %self.name,
+                expired,
+                "messages past their ttl became dead letters"
+            );
+        }
         if moved > 0 {
             self.moved.fetch_add(moved, Ordering::Relaxed);
             self.transferred.add(moved - died.min(moved));
@@ -114,66 +153,104 @@ impl Job for TransferJob {
     }
 }
 
+/// What one transfer.lua run did.
+#[derive(Debug, PartialEq, Eq)]
+struct Reply {
+    /// Ids made ready (moved, or expired claims back) plus claims that died.
+    moved: u64,
+    /// µs until the next due time, deadline or ttl; -1 when none is left.
+    wait_us: i64,
+    /// Expired claims sent to the dead letters (at `max_deliveries`).
+    died: u64,
+    /// Messages past their ttl sent to the dead letters.
+    expired: u64,
+}
+
 /// transfer.lua's reply, `moved + 8192 * wait_us` or `-(moved + 1)`, or
-/// `[that, died]` when expired claims died: (moved, wait in µs or -1 when
-/// nothing is left, died).
-fn parse_transfer_reply(replies: &[redis::Value]) -> Option<(u64, i64, u64)> {
-    let (packed, died) = match replies.first()? {
-        redis::Value::Int(packed) => (*packed, 0),
-        redis::Value::Array(pair) => match pair.as_slice() {
-            [redis::Value::Int(packed), redis::Value::Int(died)] => {
-                (*packed, u64::try_from(*died).ok()?)
-            }
+/// `[that, died, expired]` when messages died.
+fn parse_transfer_reply(replies: &[redis::Value]) -> Option<Reply> {
+    let (packed, died, expired) = match replies.first()? {
+        redis::Value::Int(packed) => (*packed, 0, 0),
+        redis::Value::Array(items) => match items.as_slice() {
+            [
+                redis::Value::Int(packed),
+                redis::Value::Int(died),
+                redis::Value::Int(expired),
+            ] => (
+                *packed,
+                u64::try_from(*died).ok()?,
+                u64::try_from(*expired).ok()?,
+            ),
             _ => return None,
         },
         _ => return None,
     };
-    if packed < 0 {
-        let moved = packed.checked_neg()? - 1;
-        return Some((u64::try_from(moved).ok()?, -1, died));
-    }
-    Some(((packed % 8192) as u64, packed / 8192, died))
+    let (moved, wait_us) = if packed < 0 {
+        (u64::try_from(packed.checked_neg()? - 1).ok()?, -1)
+    } else {
+        ((packed % 8192) as u64, packed / 8192)
+    };
+    Some(Reply {
+        moved,
+        wait_us,
+        died,
+        expired,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn reply(moved: u64, wait_us: i64, died: u64, expired: u64) -> Option<Reply> {
+        Some(Reply {
+            moved,
+            wait_us,
+            died,
+            expired,
+        })
+    }
+
     #[test]
     fn transfer_replies_unpack_and_anything_else_is_refused() {
         let int = |i: i64| [redis::Value::Int(i)];
         assert_eq!(
             parse_transfer_reply(&int(3 + 8192 * 1_234_567)),
-            Some((3, 1_234_567, 0))
+            reply(3, 1_234_567, 0, 0)
         );
-        assert_eq!(parse_transfer_reply(&int(8192)), Some((0, 1, 0)));
+        assert_eq!(parse_transfer_reply(&int(8192)), reply(0, 1, 0, 0));
         assert_eq!(
             parse_transfer_reply(&int(4_000 + 8192 * 3_600_000_000)),
-            Some((4_000, 3_600_000_000, 0))
+            reply(4_000, 3_600_000_000, 0, 0)
         );
-        assert_eq!(parse_transfer_reply(&int(-1)), Some((0, -1, 0)));
-        assert_eq!(parse_transfer_reply(&int(-4_001)), Some((4_000, -1, 0)));
+        assert_eq!(parse_transfer_reply(&int(-1)), reply(0, -1, 0, 0));
+        assert_eq!(parse_transfer_reply(&int(-4_001)), reply(4_000, -1, 0, 0));
         assert_eq!(parse_transfer_reply(&int(i64::MIN)), None);
         assert_eq!(
             parse_transfer_reply(&[redis::Value::BulkString(b"1 2".to_vec())]),
             None
         );
         assert_eq!(parse_transfer_reply(&[]), None);
-        // Expired claims that died come as [packed, died].
-        let pair = |packed: i64, died: i64| {
+        // Messages that died come as [packed, died, expired].
+        let triple = |packed: i64, died: i64, expired: i64| {
             [redis::Value::Array(vec![
                 redis::Value::Int(packed),
                 redis::Value::Int(died),
+                redis::Value::Int(expired),
             ])]
         };
         assert_eq!(
-            parse_transfer_reply(&pair(5 + 8192 * 7, 2)),
-            Some((5, 7, 2))
+            parse_transfer_reply(&triple(5 + 8192 * 7, 2, 0)),
+            reply(5, 7, 2, 0)
         );
-        assert_eq!(parse_transfer_reply(&pair(-4, 3)), Some((3, -1, 3)));
-        assert_eq!(parse_transfer_reply(&pair(5, -1)), None);
+        assert_eq!(parse_transfer_reply(&triple(-4, 3, 9)), reply(3, -1, 3, 9));
+        assert_eq!(parse_transfer_reply(&triple(5, -1, 0)), None);
+        assert_eq!(parse_transfer_reply(&triple(5, 0, -1)), None);
         assert_eq!(
-            parse_transfer_reply(&[redis::Value::Array(vec![redis::Value::Int(5)])]),
+            parse_transfer_reply(&[redis::Value::Array(vec![
+                redis::Value::Int(5),
+                redis::Value::Int(1)
+            ])]),
             None
         );
     }

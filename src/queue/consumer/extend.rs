@@ -60,7 +60,7 @@ impl Job for ExtendJob {
                     .min(MAX_DUE_MS / 2);
                 redis::cmd("EVALSHA")
                     .arg(scripts::NACK.get_hash())
-                    .arg(8)
+                    .arg(nack_keys(&self.state.keys).len())
                     .arg(&nack_keys(&self.state.keys)[..])
                     .arg(&r.id)
                     .arg(&r.token)
