@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Inspect and operate redwheel queues and locks in Redis.
 #[derive(Debug, Parser)]
@@ -103,6 +103,36 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// A queue's controls (pause, rate limit, max in flight, max length); with options, changes them for every process first.
+    Limits {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+        /// Sets the rate limit: at most MAX deliveries in any window of DURATION (e.g. 100/1s).
+        #[arg(long, value_parser = parse_rate, value_name = "MAX/DURATION")]
+        rate: Option<(u32, Duration)>,
+        /// Sets the most claims in flight (claimed, not yet acked) across all consumers.
+        #[arg(long = "max-in-flight", value_name = "N")]
+        max_in_flight: Option<u64>,
+        /// Sets the most messages the queue holds (delayed, ready, in flight); offers beyond fail.
+        #[arg(long = "max-len", value_name = "N")]
+        max_len: Option<u64>,
+        /// Lifts a limit (repeat for more).
+        #[arg(long, value_enum, value_name = "LIMIT")]
+        lift: Vec<LiftArg>,
+    },
+    /// Pauses a queue: offers and transfers go on, nothing is handed out until resume.
+    Pause {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+    },
+    /// Resumes a paused queue; waiting consumers are woken.
+    Resume {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+    },
     /// Held locks: holder, hold count, lease left, fencing token.
     Locks {
         /// A Redis glob over lock names (default: every lock).
@@ -129,8 +159,29 @@ pub struct StateArg {
     pub dead: bool,
 }
 
-/// `500ms`, `10s`, `5m`, `1h`, or a bare number of seconds (`30`); whole
-/// numbers only.
+/// A limit `limits --lift` removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LiftArg {
+    /// The rate limit.
+    Rate,
+    /// The bound on claims in flight.
+    MaxInFlight,
+    /// The bound on the queue's length.
+    MaxLen,
+}
+
+/// A rate limit, `MAX/DURATION` (`100/1s`, `5/500ms`).
+fn parse_rate(s: &str) -> Result<(u32, Duration), String> {
+    let bad = || format!("`{s}` is not a rate: use MAX/DURATION, e.g. 100/1s");
+    let (max, per) = s.split_once('/').ok_or_else(bad)?;
+    let max: u32 = max.trim().parse().map_err(|_| bad())?;
+    let per = parse_duration(per)?;
+    if max == 0 || per.is_zero() {
+        return Err(format!("`{s}`: the rate needs MAX and DURATION above 0"));
+    }
+    Ok((max, per))
+}
+
 /// A queue name, checked as the library checks it (before connecting, so
 /// a bad name is a usage error whether Redis is up or not).
 fn queue_name(s: &str) -> Result<String, String> {
@@ -147,6 +198,8 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// `500ms`, `10s`, `5m`, `1h`, or a bare number of seconds (`30`); whole
+/// numbers only.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -186,6 +239,15 @@ mod tests {
             "99999999999999999999h",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn rates_are_max_over_a_duration() {
+        assert_eq!(parse_rate("100/1s"), Ok((100, Duration::from_secs(1))));
+        assert_eq!(parse_rate("5/500ms"), Ok((5, Duration::from_millis(500))));
+        for bad in ["", "100", "/1s", "0/1s", "5/0s", "5/1x", "-1/1s"] {
+            assert!(parse_rate(bad).is_err(), "{bad:?} was accepted");
         }
     }
 

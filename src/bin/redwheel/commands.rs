@@ -6,10 +6,10 @@ use std::io::{IsTerminal as _, Write as _};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redwheel::queue::inspect::{MessageState, PeekedMessage, QueueInspector};
-use redwheel::{MessageId, Queue, QueueStats, Redwheel};
+use redwheel::{Limit, MessageId, Queue, QueueLimits, QueueOptions, QueueStats, Redwheel};
 use serde_json::{Value, json};
 
-use crate::args::{Cli, Command, StateArg};
+use crate::args::{Cli, Command, LiftArg, StateArg};
 use crate::out::{self, Table};
 use crate::{Failure, code};
 
@@ -37,6 +37,15 @@ pub fn run(rw: &Redwheel, cli: &Cli) -> Result<(), Failure> {
             interval,
             once,
         } => watch(rw, queues, *interval, *once, json),
+        Command::Limits {
+            queue,
+            rate,
+            max_in_flight,
+            max_len,
+            lift,
+        } => limits(rw, queue, (*rate, *max_in_flight, *max_len), lift, json),
+        Command::Pause { queue } => pause(rw, queue, true, json),
+        Command::Resume { queue } => pause(rw, queue, false, json),
         Command::Locks { pattern } => locks(rw, pattern, json),
     }
 }
@@ -152,6 +161,7 @@ fn stats_json(name: &str, s: &QueueStats, now: u64) -> Value {
         "dead": s.dead,
         "oldest_overdue_ms": s.oldest_overdue.map(|d| d.as_millis() as u64),
         "next_due_ms": s.next_due.map(epoch_ms),
+        "expired": s.expired,
         "server_time_ms": now,
     })
 }
@@ -347,6 +357,96 @@ fn offer(
         }));
     } else {
         emit(&format!("{id}\n"));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- controls
+
+/// What `limits` sets: the rate limit, max in flight, max length.
+type Settings = (Option<(u32, Duration)>, Option<u64>, Option<u64>);
+
+fn limits(
+    rw: &Redwheel,
+    name: &str,
+    (rate, max_in_flight, max_len): Settings,
+    lift: &[LiftArg],
+    json: bool,
+) -> Result<(), Failure> {
+    let changes =
+        rate.is_some() || max_in_flight.is_some() || max_len.is_some() || !lift.is_empty();
+    if changes {
+        // Through the queue API: opening with these options writes them.
+        let mut options = QueueOptions::default();
+        if let Some((max, per)) = rate {
+            options = options.rate_limit(max, per);
+        }
+        if let Some(n) = max_in_flight {
+            options = options.max_in_flight(n);
+        }
+        if let Some(n) = max_len {
+            options = options.max_len(n);
+        }
+        let q = rw.queue_with::<Vec<u8>>(name, options)?;
+        for l in lift {
+            q.lift_limit(match l {
+                LiftArg::Rate => Limit::RateLimit,
+                LiftArg::MaxInFlight => Limit::MaxInFlight,
+                LiftArg::MaxLen => Limit::MaxLen,
+            })?;
+        }
+    }
+    let l = if changes {
+        rw.inspect_queue(name)?.limits()?
+    } else {
+        existing(rw, name)?.limits()?
+    };
+    if json {
+        emit_json(&limits_json(name, &l));
+    } else {
+        let mut t = Table::new(&["QUEUE", "PAUSED", "RATE-LIMIT", "MAX-IN-FLIGHT", "MAX-LEN"]);
+        t.row(vec![
+            name.to_owned(),
+            if l.paused { "yes" } else { "no" }.to_owned(),
+            or_dash(
+                l.rate_limit
+                    .map(|(max, per)| format!("{max}/{}", out::human_ms(per.as_millis() as u64))),
+            ),
+            or_dash(l.max_in_flight.map(|n| n.to_string())),
+            or_dash(l.max_len.map(|n| n.to_string())),
+        ]);
+        emit(&t.render());
+    }
+    Ok(())
+}
+
+fn limits_json(name: &str, l: &QueueLimits) -> Value {
+    json!({
+        "queue": name,
+        "paused": l.paused,
+        "rate_limit": l.rate_limit.map(|(max, per)| json!({
+            "max": max,
+            "per_ms": per.as_millis() as u64,
+        })),
+        "max_in_flight": l.max_in_flight,
+        "max_len": l.max_len,
+    })
+}
+
+fn pause(rw: &Redwheel, name: &str, paused: bool, json: bool) -> Result<(), Failure> {
+    let q = rw.queue::<Vec<u8>>(name)?;
+    if paused {
+        q.pause()?;
+    } else {
+        q.resume()?;
+    }
+    if json {
+        emit_json(&json!({ "queue": name, "paused": paused }));
+    } else {
+        emit(&format!(
+            "{} {name}\n",
+            if paused { "paused" } else { "resumed" }
+        ));
     }
     Ok(())
 }

@@ -105,7 +105,7 @@ fn clap_message(e: &clap::Error) -> String {
         e.kind(),
         K::DisplayHelpOnMissingArgumentOrSubcommand | K::MissingSubcommand
     ) {
-        return "a command is needed: stats, peek, dead, requeue-dead, remove, offer, watch or locks (see --help)".to_owned();
+        return "a command is needed: stats, peek, dead, requeue-dead, remove, offer, watch, limits, pause, resume or locks (see --help)".to_owned();
     }
     let text = e.to_string();
     let mut parts = Vec::new();
