@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use redwheel::{ConsumerOptions, ErrorKind, QueueOptions, Redwheel};
+use redwheel::{ConsumerOptions, Dedup, ErrorKind, Limit, OfferOptions, QueueOptions, Redwheel};
 use support::{RedisServer, add_acl_user, readme_acl_rules, within};
 
 const HANG: Duration = Duration::from_secs(60);
@@ -112,6 +112,47 @@ fn exercise(rw: &Redwheel) {
     consumer.shutdown(Duration::from_secs(10)).unwrap();
     assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 1);
     r.clear().unwrap();
+
+    // The queue controls: offer options in each dedup mode, a priority, a
+    // ttl, the limits, pause and resume.
+    let c = rw
+        .queue_with::<String>(
+            "acl-controls",
+            QueueOptions::default()
+                .rate_limit(100, Duration::from_secs(1))
+                .max_in_flight(10)
+                .max_len(100),
+        )
+        .unwrap();
+    c.clear().unwrap();
+    let o = || {
+        OfferOptions::default()
+            .priority(5)
+            .ttl(Duration::from_secs(60))
+    };
+    c.offer_with(
+        &"t".to_string(),
+        o().id("t").dedup(Dedup::Throttle(Duration::from_secs(60))),
+    )
+    .unwrap();
+    c.offer_with(&"d".to_string(), o().id("d").dedup(Dedup::Debounce))
+        .unwrap();
+    c.offer_with(&"d2".to_string(), o().id("d").dedup(Dedup::Debounce))
+        .unwrap();
+    c.offer_with(&"k".to_string(), o().id("t")).unwrap();
+    c.pause().unwrap();
+    assert!(c.is_paused().unwrap());
+    c.resume().unwrap();
+    let d = within(HANG, {
+        let c = c.clone();
+        move || c.claim(Duration::from_secs(5)).unwrap().unwrap()
+    });
+    d.ack().unwrap();
+    assert!(c.take().is_ok());
+    assert_eq!(c.limits().unwrap().max_len, Some(100));
+    c.lift_limit(Limit::RateLimit).unwrap();
+    assert_eq!(c.stats().unwrap().ready, 0);
+    c.clear().unwrap();
 }
 
 #[test]

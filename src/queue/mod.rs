@@ -8,16 +8,19 @@
 //!
 //! # Redis layout (queue `N`)
 //!
-//! Eleven keys, `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`,
-//! `:lease`, `:attempts`, `:dead`, `:reason`, `:counts`, `:stale` and the
-//! `:wake` channel, all under the hash tag `{N}`, so every script of a
+//! The keys `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`,
+//! `:lease`, `:attempts`, `:dead`, `:reason`, `:counts`, `:stale`, the
+//! controls' `:controls`, `:prioritized`, `:priority`, `:expires`,
+//! `:dedup`, `:rate` and `:throttle:<key>`, and the `:wake` channel, all
+//! under the hash tag `{N}`, so every script of a
 //! queue touches one cluster slot. What each holds and which scripts write
 //! it is in the one table of the repository's `ARCHITECTURE.md` ("Redis
 //! keys and scripts").
 //!
 //! Every state change is one Lua script (`lua/*.lua` in the repository):
-//! offer, batch offer, transfer, remove, clear, take, park, claim, ack,
-//! nack, extend, dead, requeue, stats, len. Due times and
+//! offer, batch offer, offer with options, transfer, remove, clear, take,
+//! park, claim, ack, nack, extend, dead, requeue, stats, len, controls.
+//! Due times and
 //! "now" come from the server's `TIME`, so machines with skewed clocks
 //! agree; relative delays are sent, never client timestamps. No script
 //! scans a list.
@@ -29,10 +32,17 @@
 //!   returns [`ErrorKind::Unavailable`], nothing was written. When it
 //!   returns [`ErrorKind::OutcomeUnknown`] (Redis stopped answering after
 //!   the command was sent), the message may or may not be there: retry
-//!   with [`Queue::offer_with_id`], which writes an id at most once.
+//!   with [`Queue::offer_with_id`], which writes an id at most once while
+//!   it is known, or, to rule out a second message after a fast consumer
+//!   took the first, with [`Queue::offer_with`] and [`Dedup::Throttle`].
 //! * **Delivery**: never early by the Redis server clock (a message moves
-//!   to the ready list only once `due <= TIME`), in due order, exactly once
-//!   to the ready list however many processes transfer the queue.
+//!   to the ready list only once `due <= TIME`), in due order within a
+//!   priority (higher priorities first), exactly once to the ready list
+//!   however many processes transfer the queue; never after its ttl.
+//! * **Controls** (pause, rate limit, max in flight, max length) are kept
+//!   in Redis and applied by the scripts in the same atomic step as the
+//!   hand-out or the offer, for every process; see [`QueueOptions`],
+//!   [`OfferOptions`], [`Queue::pause`].
 //! * **Take** is **at-most-once**: a message is deleted from Redis by the
 //!   same script that hands it to a consumer, so a consumer that dies (or
 //!   loses its connection) from then on loses it. Nothing is lost before
