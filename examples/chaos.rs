@@ -298,17 +298,20 @@ impl Target {
 /// run sends (so each gets its share), a blocking read, any script, or
 /// anything.
 fn fault_patterns() -> Vec<Vec<u8>> {
-    let sha = |source: &str| redis::Script::new(source).get_hash().as_bytes().to_vec();
-    let ready_pop = include_str!("../lua/ready_pop.lua");
+    let sha = |name: &str| {
+        redwheel::test_support::script_sha(name)
+            .expect("a script of redwheel")
+            .into_bytes()
+    };
     vec![
-        sha(include_str!("../lua/offer.lua")),
-        sha(include_str!("../lua/offer_batch.lua")),
-        sha(&format!("{ready_pop}{}", include_str!("../lua/claim.lua"))),
-        sha(include_str!("../lua/ack.lua")),
-        sha(include_str!("../lua/transfer.lua")),
-        sha(include_str!("../lua/lock_acquire.lua")),
-        sha(include_str!("../lua/lock_release.lua")),
-        sha(include_str!("../lua/lock_renew.lua")),
+        sha("offer"),
+        sha("offer_batch"),
+        sha("claim"),
+        sha("ack"),
+        sha("transfer"),
+        sha("lock_acquire"),
+        sha("lock_release"),
+        sha("lock_renew"),
         b"BLMOVE".to_vec(),
         b"EVALSHA".to_vec(),
         Vec::new(),

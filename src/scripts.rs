@@ -138,6 +138,38 @@ pub(crate) static LOCK_RENEW: LazyLock<Script> =
 pub(crate) static LOCK_FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/lock_force_release.lua")));
 
+/// The SHA1 of the script named `name` (its file's name without `.lua`:
+/// `"offer"`, `"claim"`, `"lock_acquire"`…), as redwheel builds and sends
+/// it (with the functions put in front of it), for redwheel's own fault
+/// tests and chaos run, which aim faults at one script's `EVALSHA`.
+pub fn script_sha(name: &str) -> Option<String> {
+    let script: &Script = match name {
+        "offer" => &OFFER,
+        "offer_with" => &OFFER_WITH,
+        "offer_batch" => &OFFER_BATCH,
+        "controls" => &CONTROLS,
+        "transfer" => &TRANSFER,
+        "remove" => &REMOVE,
+        "clear" => &CLEAR,
+        "take" => &TAKE,
+        "park" => &PARK,
+        "claim" => &CLAIM,
+        "ack" => &ACK,
+        "nack" => &NACK,
+        "extend" => &EXTEND,
+        "dead" => &DEAD,
+        "requeue_dead" => &REQUEUE_DEAD,
+        "stats" => &STATS,
+        "len" => &LEN,
+        "lock_acquire" => &LOCK_ACQUIRE,
+        "lock_release" => &LOCK_RELEASE,
+        "lock_renew" => &LOCK_RENEW,
+        "lock_force_release" => &LOCK_FORCE_RELEASE,
+        _ => return None,
+    };
+    Some(script.get_hash().to_owned())
+}
+
 /// Most messages one `offer_batch.lua` call carries (3 ARGV each; Lua's
 /// `unpack` stops at 8,000 values).
 pub(crate) const BATCH_OFFER_MAX: usize = 1_000;

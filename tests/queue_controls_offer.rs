@@ -231,10 +231,14 @@ fn debounce_replaces_a_waiting_message_and_follows_one_already_delivered() {
     assert_eq!((d.id(), d.payload().as_str()), (&k, "v3"));
     // In flight: a new message beside it, under a fresh id.
     let after = q.offer_with(&"v4".into(), o(3_600_000)).unwrap();
-    let Offered::WrittenAfter { id: next, replaces } = after.clone() else {
+    let Offered::WrittenAfter {
+        id: next,
+        after: before,
+    } = after.clone()
+    else {
         panic!("{after:?}");
     };
-    assert_eq!(replaces, k);
+    assert_eq!(before, k);
     assert_ne!(next, k);
     // The key now leads to the successor, which is debounced in turn.
     assert_eq!(

@@ -181,14 +181,14 @@ pub enum Offered {
     /// A new message was written under this id (the dedup key, or a fresh
     /// id when none was given).
     Written(MessageId),
-    /// [`Dedup::Debounce`]: the message under the key (`replaces`) had been
+    /// [`Dedup::Debounce`]: the message under the key (`after`) had been
     /// handed out already, so the new one was written beside it under a
     /// fresh id (`id`); later offers under the key debounce that one.
     WrittenAfter {
         /// The new message's id.
         id: MessageId,
         /// The message it follows (in flight, waiting for a retry, or dead).
-        replaces: MessageId,
+        after: MessageId,
     },
     /// [`Dedup::Debounce`]: the waiting message with this id now has the
     /// new payload, due time, priority and ttl.
@@ -229,8 +229,8 @@ impl fmt::Display for Offered {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Offered::Written(id) => write!(f, "written as {id}"),
-            Offered::WrittenAfter { id, replaces } => {
-                write!(f, "written as {id}, after {replaces} (already delivered)")
+            Offered::WrittenAfter { id, after } => {
+                write!(f, "written as {id}, after {after} (already delivered)")
             }
             Offered::Replaced(id) => write!(f, "replaced {id}"),
             Offered::Kept(id) => write!(f, "dropped: {id} is known"),
@@ -374,7 +374,7 @@ fn read_offered(reply: &[redis::Value]) -> Option<Offered> {
             let before: String = redis::from_redis_value(reply.get(3)?.clone()).ok()?;
             Offered::WrittenAfter {
                 id,
-                replaces: MessageId(before),
+                after: MessageId(before),
             }
         }
         3 => Offered::Replaced(id),
@@ -419,7 +419,7 @@ mod tests {
             read_offered(&after),
             Some(Offered::WrittenAfter {
                 id: MessageId::from("b"),
-                replaces: MessageId::from("a")
+                after: MessageId::from("a")
             })
         );
         assert_eq!(read_offered(&v(2, "b")), None);

@@ -42,8 +42,11 @@ impl<T: Codec> Queue<T> {
     /// when it found something) until it finds something or `deadline`
     /// passes, waiting on the ready list in between (blocking server-side,
     /// at most `max_block` a round), or at the queue's gate while the
-    /// controls hold it back (at most `max_block` a round too, so shutdown
-    /// is noticed). Waits out Redis being unreachable and a moving cluster
+    /// controls hold it back. The gate opens at every run of this process's
+    /// transfer job (announced for the instant a rate window lets the next
+    /// delivery through, and at each guard sweep) and on every message of
+    /// the wake channel; a held-back caller also looks again after
+    /// `max_block`, so shutdown is noticed. Waits out Redis being unreachable and a moving cluster
     /// slot.
     pub(crate) fn wait_pop(
         &self,

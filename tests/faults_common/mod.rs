@@ -172,30 +172,25 @@ pub fn parse_strings(resp: &str) -> Vec<String> {
     out
 }
 
-/// The SHA1 of a script's source (what EVALSHA carries).
-pub fn sha(source: &str) -> String {
-    redis::Script::new(source).get_hash().to_owned()
+/// The SHA1 of a script as redwheel builds and sends it (what its
+/// EVALSHA carries), by name (see [`scripts`]).
+pub fn sha(name: &str) -> String {
+    redwheel::test_support::script_sha(name).unwrap_or_else(|| panic!("no script {name}"))
 }
 
-/// The scripts as redwheel builds them (`src/scripts.rs`). If a test's
-/// fault never fires, a script's source changed here.
+/// The names of the scripts the fault tests aim at, for [`sha`] (the
+/// library composes each from `lua/`, see `src/scripts.rs`).
 pub mod scripts {
-    pub const OFFER: &str = include_str!("../../lua/offer.lua");
-    pub const OFFER_BATCH: &str = include_str!("../../lua/offer_batch.lua");
-    pub const REMOVE: &str = include_str!("../../lua/remove.lua");
-    pub const TAKE: &str = concat!(
-        include_str!("../../lua/ready_pop.lua"),
-        include_str!("../../lua/take.lua")
-    );
-    pub const CLAIM: &str = concat!(
-        include_str!("../../lua/ready_pop.lua"),
-        include_str!("../../lua/claim.lua")
-    );
-    pub const ACK: &str = include_str!("../../lua/ack.lua");
-    pub const NACK: &str = include_str!("../../lua/nack.lua");
-    pub const EXTEND: &str = include_str!("../../lua/extend.lua");
-    pub const REQUEUE_DEAD: &str = include_str!("../../lua/requeue_dead.lua");
-    pub const LOCK_ACQUIRE: &str = include_str!("../../lua/lock_acquire.lua");
-    pub const LOCK_RELEASE: &str = include_str!("../../lua/lock_release.lua");
-    pub const LOCK_RENEW: &str = include_str!("../../lua/lock_renew.lua");
+    pub const OFFER: &str = "offer";
+    pub const OFFER_BATCH: &str = "offer_batch";
+    pub const REMOVE: &str = "remove";
+    pub const TAKE: &str = "take";
+    pub const CLAIM: &str = "claim";
+    pub const ACK: &str = "ack";
+    pub const NACK: &str = "nack";
+    pub const EXTEND: &str = "extend";
+    pub const REQUEUE_DEAD: &str = "requeue_dead";
+    pub const LOCK_ACQUIRE: &str = "lock_acquire";
+    pub const LOCK_RELEASE: &str = "lock_release";
+    pub const LOCK_RENEW: &str = "lock_renew";
 }
