@@ -484,7 +484,7 @@ fn q5(
     for h in handles {
         h.join().map_err(|_| "consumer panicked")?;
     }
-    while taken.load(Ordering::Relaxed) < n {
+    while consumers > 0 && taken.load(Ordering::Relaxed) < n {
         std::thread::sleep(Duration::from_micros(500));
     }
     let drained_ms = SystemTime::now()
