@@ -77,8 +77,14 @@ end
 if count == 0 then
   return { 0, 0, deadline, refused }
 end
-local c = redis.call('HMGET', KEYS[8], 'paused', 'rate_max', 'rate_per', 'max_in_flight',
-  'priorities', 'ttls')
+-- One call when the queue has neither stale entries nor controls (the common case).
+local c = NO_CONTROLS
+local any_stale = false
+if redis.call('EXISTS', KEYS[7], KEYS[8]) > 0 then
+  c = redis.call('HMGET', KEYS[8], 'paused', 'rate_max', 'rate_per', 'max_in_flight',
+    'priorities', 'ttls')
+  any_stale = redis.call('EXISTS', KEYS[7]) == 1
+end
 local slots
 if c[4] then
   slots = tonumber(c[4]) - redis.call('ZCARD', KEYS[3])
@@ -97,7 +103,6 @@ local out = { 0, 0, deadline, refused }
 local claimed = 0
 local skipped = 0
 local died = 0
-local any_stale = redis.call('EXISTS', KEYS[7]) == 1
 local prioritized = c[5] and KEYS[9] or nil
 while claimed < count and skipped < 100 do
   local id, v, pri_empty = pop_ready(KEYS[1], KEYS[2], KEYS[7], any_stale, prioritized)

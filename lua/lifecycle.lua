@@ -1,32 +1,8 @@
 -- lifecycle.lua: not a script of its own. scripts.rs puts these functions in front of the
--- scripts that add messages or move them between states under the queue's controls
--- (offer.lua, offer_batch.lua, offer_with.lua, take.lua, claim.lua, transfer.lua, ack.lua,
--- nack.lua, stats.lua), so each step is made one way.
-
--- due_at(how, value, now): a due time (ms) from 'r' (value is a delay added to now) or 'a'
--- (value is an epoch ms; a past one is clamped to now).
-local function due_at(how, value, now)
-  if how == 'r' then
-    return now + tonumber(value)
-  end
-  return math.max(now, tonumber(value))
-end
-
--- full(controls, msg, dead, adding): nil when `adding` more messages fit under the queue's
--- max_len (a field of `controls`; none: no bound), else the error reply to return, nothing
--- written. The length is HLEN msg - ZCARD dead: delayed, ready and in flight.
-local function full(controls, msg, dead, adding)
-  local max_len = redis.call('HGET', controls, 'max_len')
-  if not max_len then
-    return nil
-  end
-  local len = redis.call('HLEN', msg) - redis.call('ZCARD', dead)
-  if len + adding > tonumber(max_len) then
-    return redis.error_reply('ERR redwheel: queue full (' .. len .. ' of max_len ' .. max_len
-      .. ', ' .. adding .. ' to add)')
-  end
-  return nil
-end
+-- scripts that move messages between states under the queue's controls (take.lua,
+-- claim.lua, transfer.lua, ack.lua, nack.lua; stats.lua for PRIORITY_BAND), so each move
+-- is made one way. (Every function defined here is created at each run of those scripts:
+-- keep it to what they share.)
 
 -- PRIORITY_BAND: the score distance between two priorities in `prioritized` (2^49 ms, about
 -- 17,800 years of due times). A score is (9 - priority) * PRIORITY_BAND + due, at most

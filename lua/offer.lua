@@ -25,7 +25,7 @@
 -- for relative delays. `wake` carries the due time only when it is earlier than every
 -- due already waiting (the message became the head), so transfer tasks learn about
 -- earlier heads, never later ones. The length never passes max_len. O(log n).
--- (full and due_at come from lifecycle.lua, put in front of this script by scripts.rs.)
+-- (full and due_at come from offer_lib.lua, put in front of this script by scripts.rs.)
 if redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
   return -1
 end

@@ -26,7 +26,7 @@
 -- it is earlier than every due already waiting. Fresh ids skip the HEXISTS per message:
 -- they cannot be known, and writing one twice (a resend) writes the same thing. All or
 -- nothing under max_len: the length never passes it. (full and due_at come from
--- lifecycle.lua, put in front of this script by scripts.rs.)
+-- offer_lib.lua, put in front of this script by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local check = ARGV[2] == 'k'

@@ -48,7 +48,7 @@
 -- (throttle), or replace the one waiting (debounce): each offer is one atomic step. A
 -- replaced message that was ready leaves its old entry counted in `stale` (skipped, never
 -- delivered), exactly as remove.lua does. O(log n). (full and due_at come from
--- lifecycle.lua, put in front of this script by scripts.rs.)
+-- offer_lib.lua, put in front of this script by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = due_at(ARGV[1], ARGV[2], now)

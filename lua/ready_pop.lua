@@ -47,6 +47,10 @@ local function pop_ready(ready, msg, stale, any_stale, prioritized)
   return id, redis.call('HGET', msg, id) or false, prioritized ~= nil
 end
 
+-- NO_CONTROLS: what HMGET of the controls gives for a queue without any (every field
+-- absent), for callers that found no `controls` hash.
+local NO_CONTROLS = { false, false, false, false, false, false }
+
 -- now_us(): the server's TIME in µs (an exact integer in a double until year 2255).
 local function now_us()
   local t = redis.call('TIME')

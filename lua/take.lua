@@ -32,18 +32,25 @@
 -- ids whose `msg` entry is gone are dropped here, at most 100 per call, so the call stays
 -- O(1) however many there are. A message taken raises `delivered` in `counts` by one (what
 -- `redwheel watch` reads its delivery rate from).
--- (pop_ready and gate come from ready_pop.lua, expire from lifecycle.lua, put in front of
--- this script by scripts.rs.)
-local c = redis.call('HMGET', KEYS[6], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
+-- (pop_ready, gate and NO_CONTROLS come from ready_pop.lua, expire from lifecycle.lua, put
+-- in front of this script by scripts.rs.)
+-- One call when the queue has neither stale entries nor controls (the common case).
+local c = NO_CONTROLS
+local any_stale = false
+if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then
+  c = redis.call('HMGET', KEYS[6], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
+  any_stale = redis.call('EXISTS', KEYS[5]) == 1
+end
 local now
 if c[1] == false and (c[2] or c[5]) then
   now = now_us()
 end
-local g = gate(c, KEYS[10], now, nil)
-if g ~= 0 then
-  return { g, 0 }
+if c[1] or c[2] then
+  local g = gate(c, KEYS[10], now, nil)
+  if g ~= 0 then
+    return { g, 0 }
+  end
 end
-local any_stale = redis.call('EXISTS', KEYS[5]) == 1
 local prioritized = c[4] and KEYS[7] or nil
 local died = 0
 for _ = 1, 100 do

@@ -9,11 +9,11 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `lua/offer.lua`: one delayed message (after `lua/lifecycle.lua`, as
+/// `lua/offer.lua`: one delayed message (after `lua/offer_lib.lua`, as
 /// every offer).
 pub(crate) static OFFER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/offer_lib.lua"),
         include_str!("../lua/offer.lua")
     ))
 });
@@ -21,7 +21,7 @@ pub(crate) static OFFER: LazyLock<Script> = LazyLock::new(|| {
 /// `lua/offer_with.lua`: one message with options (dedup, priority, ttl).
 pub(crate) static OFFER_WITH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/offer_lib.lua"),
         include_str!("../lua/offer_with.lua")
     ))
 });
@@ -33,7 +33,7 @@ pub(crate) static CONTROLS: LazyLock<Script> =
 /// `lua/offer_batch.lua`: up to [`BATCH_OFFER_MAX`] delayed messages.
 pub(crate) static OFFER_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("../lua/lifecycle.lua"),
+        include_str!("../lua/offer_lib.lua"),
         include_str!("../lua/offer_batch.lua")
     ))
 });
