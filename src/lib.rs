@@ -141,6 +141,7 @@ mod error;
 pub mod lock;
 pub mod queue;
 mod runtime;
+pub mod schedule;
 mod scripts;
 mod telemetry;
 // The timer's fast path (pooled slots, per-thread rings) is unsafe code,

