@@ -544,7 +544,7 @@ mod tests {
         assert_eq!(s.months, 1 << 1 | 1 << 2 | 1 << 3 | 1 << 12);
         assert_eq!(s.weekdays, 0b0111110);
         assert_eq!(s.seconds, 1);
-        assert!(s.dow_star == false && s.dom_star == false && !s.fixed);
+        assert!(!s.dow_star && !s.dom_star && !s.fixed);
         assert_eq!(spec("0 0 * * 7").weekdays, 1);
         assert_eq!(spec("0 0 * * 5-7").weekdays, 1 | 1 << 5 | 1 << 6);
         assert_eq!(spec("0 0 * * 0-7").weekdays, 0x7f);

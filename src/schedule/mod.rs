@@ -10,7 +10,7 @@
 //! built on these functions.)
 //!
 //! ```
-//! use std::time::{Duration, SystemTime, UNIX_EPOCH};
+//! use std::time::{Duration, SystemTime};
 //! use redwheel::schedule::{CatchUp, Schedule};
 //!
 //! // 03:00 every night, Berlin time.
@@ -140,16 +140,18 @@
 mod cron;
 mod definition;
 mod plan;
+mod time;
 mod zone;
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 pub use plan::Plan;
 
 use crate::{Error, ErrorKind};
 use cron::CronSpec;
-use zone::{MAX_SECOND, MIN_SECOND, Zone};
+use time::{MAX_MS, MIN_MS};
+use zone::Zone;
 
 /// The most occurrences [`CatchUp::All`] may fire at once.
 pub const MAX_CATCH_UP: u32 = 10_000;
@@ -221,12 +223,6 @@ enum Kind {
     Cron { spec: CronSpec, zone: Zone },
 }
 
-const NANOS_PER_SECOND: i128 = 1_000_000_000;
-const NANOS_PER_MS: i128 = 1_000_000;
-/// The domain of occurrences, in nanoseconds since the epoch.
-const MIN_NANOS: i128 = MIN_SECOND as i128 * NANOS_PER_SECOND;
-const MAX_NANOS: i128 = MAX_SECOND as i128 * NANOS_PER_SECOND;
-
 /// An [`ErrorKind::InvalidOption`] error saying `message`.
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidOption, message)
@@ -240,7 +236,7 @@ impl Schedule {
     /// millisecond is refused by [`validate`](Schedule::validate) (and so
     /// when the schedule is stored), and such a schedule never fires.
     pub fn every(period: Duration) -> Schedule {
-        let ms = (period.as_nanos() + NANOS_PER_MS as u128 / 2) / NANOS_PER_MS as u128;
+        let ms = (period.as_nanos() + 500_000) / 1_000_000;
         Schedule::with_kind(Kind::Every {
             period_ms: u64::try_from(ms).unwrap_or(u64::MAX),
         })
@@ -295,16 +291,13 @@ impl Schedule {
     /// [`every`](Schedule::every) schedule is anchored at it, so its first
     /// occurrence is at `t`.
     pub fn starting_at(mut self, t: SystemTime) -> Schedule {
-        let ns = to_nanos(t);
-        self.start_ms = Some(clamp_ms(
-            ns.div_euclid(NANOS_PER_MS) + i128::from(ns.rem_euclid(NANOS_PER_MS) != 0),
-        ));
+        self.start_ms = Some(time::ceil_ms(t));
         self
     }
 
     /// No occurrence after `t` (rounded down to the millisecond).
     pub fn until(mut self, t: SystemTime) -> Schedule {
-        self.until_ms = Some(clamp_ms(to_nanos(t).div_euclid(NANOS_PER_MS)));
+        self.until_ms = Some(time::floor_ms(t));
         self
     }
 
@@ -357,12 +350,12 @@ impl Schedule {
     /// (past [`until`](Schedule::until), past the year 9999, or an invalid
     /// schedule).
     pub fn next_after(&self, t: SystemTime) -> Option<SystemTime> {
-        from_nanos(self.next_nanos(to_nanos(t))?)
+        time::from_ms(self.next_ms(time::floor_ms(t))?)
     }
 
     /// The last occurrence at or before `t`; `None` when there is none.
     pub fn last_at_or_before(&self, t: SystemTime) -> Option<SystemTime> {
-        from_nanos(self.last_nanos(to_nanos(t))?)
+        time::from_ms(self.last_ms(time::floor_ms(t))?)
     }
 
     /// The occurrences strictly after `t`, in order (a preview of the next
@@ -370,69 +363,64 @@ impl Schedule {
     pub fn occurrences_after(&self, t: SystemTime) -> Occurrences<'_> {
         Occurrences {
             schedule: self,
-            after: to_nanos(t),
+            after: time::floor_ms(t),
         }
     }
 
-    /// The instants (ns) occurrences are confined to: start..=until within
+    /// The milliseconds occurrences are confined to: start..=until within
     /// the domain.
-    fn bounds(&self) -> (i128, i128) {
-        let lo = self
-            .start_ms
-            .map_or(MIN_NANOS, |ms| i128::from(ms) * NANOS_PER_MS);
-        let hi = self
-            .until_ms
-            .map_or(MAX_NANOS, |ms| i128::from(ms) * NANOS_PER_MS);
-        (lo.max(MIN_NANOS), hi.min(MAX_NANOS))
+    fn bounds(&self) -> (i64, i64) {
+        let lo = self.start_ms.map_or(MIN_MS, time::near_domain);
+        let hi = self.until_ms.map_or(MAX_MS, time::near_domain);
+        (lo.max(MIN_MS), hi.min(MAX_MS))
     }
 
-    /// `every`'s anchor and period, in ns (None: the period is zero).
-    fn anchor_period(&self, period_ms: u64) -> Option<(i128, i128)> {
-        (period_ms > 0).then(|| {
-            (
-                i128::from(self.start_ms.unwrap_or(0)) * NANOS_PER_MS,
-                i128::from(period_ms) * NANOS_PER_MS,
-            )
-        })
+    /// `every`'s anchor and period in ms (None: the period is zero).
+    fn anchor_period(&self, period_ms: u64) -> Option<(i64, i64)> {
+        let period = i64::try_from(period_ms).unwrap_or(i64::MAX);
+        (period > 0).then(|| (self.start_ms.map_or(0, time::near_domain), period))
     }
 
-    /// The first occurrence > `t` (ns).
-    pub(crate) fn next_nanos(&self, t: i128) -> Option<i128> {
+    /// The first occurrence after millisecond `t` (an instant in `t`'s
+    /// millisecond counts as `t`: the occurrence is strictly after it).
+    pub(super) fn next_ms(&self, t: i64) -> Option<i64> {
         let (lo, hi) = self.bounds();
         match &self.kind {
             Kind::Every { period_ms } => {
                 let (anchor, period) = self.anchor_period(*period_ms)?;
                 let from = (t + 1).max(lo);
-                let x = anchor + ceil_div(from - anchor, period) * period;
-                (x <= hi).then_some(x)
+                let x = i128::from(anchor)
+                    + i128::from(time::ceil_div(from - anchor, period)) * i128::from(period);
+                i64::try_from(x).ok().filter(|&x| x <= hi)
             }
             Kind::Cron { spec, zone } => {
-                let from = second_after(t).max(second_at_or_after(lo));
-                let x = zone.next(spec, from, second_at_or_before(hi))?;
-                Some(i128::from(x) * NANOS_PER_SECOND)
+                let from = (time::floor_sec(t) + 1).max(time::ceil_sec(lo));
+                Some(zone.next(spec, from, time::floor_sec(hi))? * 1000)
             }
         }
     }
 
-    /// The last occurrence <= `t` (ns).
-    pub(crate) fn last_nanos(&self, t: i128) -> Option<i128> {
+    /// The last occurrence at or before millisecond `t`.
+    pub(super) fn last_ms(&self, t: i64) -> Option<i64> {
         let (lo, hi) = self.bounds();
         match &self.kind {
             Kind::Every { period_ms } => {
                 let (anchor, period) = self.anchor_period(*period_ms)?;
-                let x = anchor + (t.min(hi) - anchor).div_euclid(period) * period;
-                (x >= lo).then_some(x)
+                let to = t.min(hi);
+                let x = i128::from(anchor)
+                    + i128::from((to - anchor).div_euclid(period)) * i128::from(period);
+                i64::try_from(x).ok().filter(|&x| x >= lo)
             }
             Kind::Cron { spec, zone } => {
-                let to = second_at_or_before(t.min(hi));
-                let x = zone.prev(spec, second_at_or_after(lo), to)?;
-                Some(i128::from(x) * NANOS_PER_SECOND)
+                let to = time::floor_sec(t.min(hi));
+                Some(zone.prev(spec, time::ceil_sec(lo), to)? * 1000)
             }
         }
     }
 
-    /// How many occurrences lie in `(after, upto]` (ns).
-    pub(crate) fn count_nanos(&self, after: i128, upto: i128) -> u64 {
+    /// How many occurrences lie after millisecond `after` and at or before
+    /// millisecond `upto`.
+    pub(super) fn count_ms(&self, after: i64, upto: i64) -> u64 {
         let (lo, hi) = self.bounds();
         match &self.kind {
             Kind::Every { period_ms } => {
@@ -443,12 +431,13 @@ impl Schedule {
                 if from > to {
                     return 0;
                 }
-                let n = (to - anchor).div_euclid(period) - ceil_div(from - anchor, period) + 1;
-                u64::try_from(n.max(0)).unwrap_or(u64::MAX)
+                let n =
+                    (to - anchor).div_euclid(period) - time::ceil_div(from - anchor, period) + 1;
+                u64::try_from(n).unwrap_or(0)
             }
             Kind::Cron { spec, zone } => {
-                let from = second_after(after).max(second_at_or_after(lo));
-                zone.count(spec, from, second_at_or_before(upto.min(hi)))
+                let from = (time::floor_sec(after) + 1).max(time::ceil_sec(lo));
+                zone.count(spec, from, time::floor_sec(upto.min(hi)))
             }
         }
     }
@@ -459,16 +448,17 @@ impl Schedule {
 #[derive(Debug, Clone)]
 pub struct Occurrences<'s> {
     schedule: &'s Schedule,
-    after: i128,
+    /// The last occurrence returned (ms), or the instant asked from.
+    after: i64,
 }
 
 impl Iterator for Occurrences<'_> {
     type Item = SystemTime;
 
     fn next(&mut self) -> Option<SystemTime> {
-        let x = self.schedule.next_nanos(self.after)?;
+        let x = self.schedule.next_ms(self.after)?;
         self.after = x;
-        from_nanos(x)
+        time::from_ms(x)
     }
 }
 
@@ -522,53 +512,5 @@ fn format_ms(ms: i64) -> String {
     match jiff::Timestamp::from_millisecond(ms) {
         Ok(t) => t.to_string(),
         Err(_) => format!("{ms} ms after the epoch"),
-    }
-}
-
-/// Keeps a count of milliseconds within `i64` (far beyond the domain).
-fn clamp_ms(ms: i128) -> i64 {
-    ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
-}
-
-fn ceil_div(a: i128, b: i128) -> i128 {
-    -((-a).div_euclid(b))
-}
-
-/// `ns` kept within a second of the domain, so that it fits seconds in `i64`.
-fn near_domain(ns: i128) -> i128 {
-    ns.clamp(MIN_NANOS - NANOS_PER_SECOND, MAX_NANOS + NANOS_PER_SECOND)
-}
-
-/// The first whole second strictly after `ns`.
-fn second_after(ns: i128) -> i64 {
-    second_at_or_before(ns) + 1
-}
-
-/// The whole second at or before `ns`.
-fn second_at_or_before(ns: i128) -> i64 {
-    near_domain(ns).div_euclid(NANOS_PER_SECOND) as i64
-}
-
-/// The whole second at or after `ns`.
-fn second_at_or_after(ns: i128) -> i64 {
-    ceil_div(near_domain(ns), NANOS_PER_SECOND) as i64
-}
-
-/// Nanoseconds since the Unix epoch (negative before it).
-pub(crate) fn to_nanos(t: SystemTime) -> i128 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos() as i128,
-        Err(e) => -(e.duration().as_nanos() as i128),
-    }
-}
-
-/// The instant `ns` nanoseconds after the Unix epoch, if `SystemTime` holds it.
-pub(crate) fn from_nanos(ns: i128) -> Option<SystemTime> {
-    let secs = u64::try_from(ns.unsigned_abs() / NANOS_PER_SECOND as u128).ok()?;
-    let d = Duration::new(secs, (ns.unsigned_abs() % NANOS_PER_SECOND as u128) as u32);
-    if ns >= 0 {
-        UNIX_EPOCH.checked_add(d)
-    } else {
-        UNIX_EPOCH.checked_sub(d)
     }
 }

@@ -3,7 +3,8 @@
 
 use std::time::SystemTime;
 
-use super::{CatchUp, MAX_CATCH_UP, MISFIRE_GRACE, Schedule, from_nanos, to_nanos};
+use super::time::{floor_ms, from_ms};
+use super::{CatchUp, MAX_CATCH_UP, MISFIRE_GRACE, Schedule};
 
 /// What a schedule fires at one moment, from [`Schedule::plan`].
 ///
@@ -58,16 +59,22 @@ impl Schedule {
     /// assert_eq!((p.fire, p.skipped, p.settled, p.next), (vec![t(1050), t(1060)], 4, t(1060), Some(t(1070))));
     /// ```
     pub fn plan(&self, after: SystemTime, now: SystemTime) -> Plan {
-        let (after_ns, now_ns) = (to_nanos(after), to_nanos(now));
-        let due = self.count_nanos(after_ns, now_ns);
+        let (after_ms, now_ms) = (floor_ms(after), floor_ms(now));
+        let due = self.count_ms(after_ms, now_ms);
         let latest = if due > 0 {
-            self.last_nanos(now_ns).filter(|&x| x > after_ns)
+            self.last_ms(now_ms).filter(|&x| x > after_ms)
         } else {
             None
         };
+        let on_time = |x: i64| {
+            from_ms(x).is_some_and(|x| {
+                now.duration_since(x)
+                    .is_ok_and(|late| late <= MISFIRE_GRACE)
+            })
+        };
         let take = match (latest, self.catch_up) {
             (None, _) => 0,
-            (Some(x), CatchUp::Skip) => u64::from(now_ns - x <= MISFIRE_GRACE.as_nanos() as i128),
+            (Some(x), CatchUp::Skip) => u64::from(on_time(x)),
             (Some(_), CatchUp::Latest) => 1,
             (Some(_), CatchUp::All { max }) => due.min(u64::from(max.min(MAX_CATCH_UP))),
         };
@@ -77,16 +84,17 @@ impl Schedule {
             if fire.len() as u64 == take {
                 break;
             }
-            fire.extend(from_nanos(x));
-            cursor = self.last_nanos(x - 1).filter(|&y| y > after_ns);
+            fire.extend(from_ms(x));
+            cursor = self.last_ms(x - 1).filter(|&y| y > after_ms);
         }
         fire.reverse();
-        let settled_ns = latest.unwrap_or(after_ns);
         Plan {
             skipped: due - fire.len() as u64,
             fire,
-            settled: latest.and_then(from_nanos).unwrap_or(after),
-            next: self.next_nanos(now_ns.max(settled_ns)).and_then(from_nanos),
+            settled: latest.and_then(from_ms).unwrap_or(after),
+            next: self
+                .next_ms(now_ms.max(latest.unwrap_or(after_ms)))
+                .and_then(from_ms),
         }
     }
 }

@@ -27,10 +27,12 @@
 //! construction; the property tests compare all three with a scan of every
 //! second.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use jiff::Timestamp;
 use jiff::tz::{TimeZone, TimeZoneDatabase};
+use parking_lot::Mutex;
 
 use super::cron::{CronSpec, DAY};
 use super::invalid;
@@ -44,6 +46,12 @@ pub(super) const MIN_SECOND: i64 = -377_705_116_800 + 2 * DAY;
 /// year 9999.
 pub(super) const MAX_SECOND: i64 = 253_402_300_799 - 2 * DAY;
 
+/// The years whose transitions a zone keeps in its own table (from 1900 to
+/// 2200): lookups there are a binary search in a short vector; outside,
+/// they go to jiff.
+const TABLE_FROM: i64 = -2_208_988_800;
+const TABLE_TO: i64 = 7_258_118_400;
+
 /// The bundled IANA time zone database, opened once.
 fn database() -> &'static TimeZoneDatabase {
     static DB: OnceLock<TimeZoneDatabase> = OnceLock::new();
@@ -55,6 +63,7 @@ fn database() -> &'static TimeZoneDatabase {
 pub(super) struct Zone {
     name: String,
     tz: TimeZone,
+    table: Arc<Table>,
 }
 
 impl PartialEq for Zone {
@@ -74,10 +83,12 @@ impl std::hash::Hash for Zone {
 impl Zone {
     /// Coordinated Universal Time, the default.
     pub(super) fn utc() -> Zone {
-        Zone {
-            name: "UTC".to_owned(),
-            tz: TimeZone::UTC,
-        }
+        Zone::new("UTC".to_owned(), TimeZone::UTC)
+    }
+
+    fn new(name: String, tz: TimeZone) -> Zone {
+        let table = Table::shared(&name, &tz);
+        Zone { name, tz, table }
     }
 
     /// The zone named `name` (an IANA name such as `Europe/Berlin`, any ASCII
@@ -94,7 +105,7 @@ impl Zone {
             return Err(unknown());
         }
         let name = tz.iana_name().ok_or_else(unknown)?.to_owned();
-        Ok(Zone { name, tz })
+        Ok(Zone::new(name, tz))
     }
 
     /// The IANA name.
@@ -114,6 +125,13 @@ impl Zone {
 
     /// The segment that contains instant `at`.
     fn segment_at(&self, at: i64) -> Segment {
+        self.table
+            .segment_at(at)
+            .unwrap_or_else(|| self.segment_from_jiff(at))
+    }
+
+    /// The segment that contains instant `at`, asking jiff.
+    fn segment_from_jiff(&self, at: i64) -> Segment {
         let offset = self.offset_at(at);
         let start = self
             .tz
@@ -135,38 +153,12 @@ impl Zone {
 
     /// The segment after `seg`, if the domain goes on.
     fn segment_after(&self, seg: &Segment) -> Option<Segment> {
-        if seg.end > MAX_SECOND {
-            return None;
-        }
-        let end = self
-            .tz
-            .following(Zone::timestamp(seg.end))
-            .next()
-            .map(|t| t.timestamp().as_second());
-        Some(Segment {
-            start: seg.end,
-            end: end.map_or(MAX_SECOND + 1, |e| e.min(MAX_SECOND + 1)),
-            offset: self.offset_at(seg.end),
-            before: seg.offset,
-        })
+        (seg.end <= MAX_SECOND).then(|| self.segment_at(seg.end))
     }
 
     /// The segment before `seg`, if the domain goes on.
     fn segment_before(&self, seg: &Segment) -> Option<Segment> {
-        if seg.start <= MIN_SECOND {
-            return None;
-        }
-        let start = self
-            .tz
-            .preceding(Zone::timestamp(seg.start))
-            .next()
-            .map(|t| t.timestamp().as_second());
-        Some(Segment {
-            start: start.map_or(MIN_SECOND, |s| s.max(MIN_SECOND)),
-            end: seg.start,
-            offset: seg.before,
-            before: start.map_or(seg.before, |s| self.offset_at(s - 1)),
-        })
+        (seg.start > MIN_SECOND).then(|| self.segment_at(seg.start - 1))
     }
 
     /// The first occurrence of `spec` in `[from, to]` (instants, seconds).
@@ -224,7 +216,7 @@ impl Zone {
 }
 
 /// Instants `[start, end)` of one UTC offset.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Segment {
     start: i64,
     end: i64,
@@ -286,5 +278,139 @@ impl Segment {
             n += 1;
         }
         n
+    }
+}
+
+/// A zone's transitions over 1900-2200, as `(instant, offset from then
+/// on)`, with one transition either side of the range, so that a segment
+/// within it is found without jiff.
+#[derive(Debug)]
+struct Table {
+    transitions: Vec<(i64, i64)>,
+    /// The offset before the first transition (the only one when there are none).
+    first_offset: i64,
+    /// The instants `[lo, hi)` the table answers for.
+    lo: i64,
+    hi: i64,
+}
+
+impl Table {
+    /// The table of zone `name`, built once per process and shared.
+    fn shared(name: &str, tz: &TimeZone) -> Arc<Table> {
+        static TABLES: OnceLock<Mutex<HashMap<String, Arc<Table>>>> = OnceLock::new();
+        let tables = TABLES.get_or_init(Default::default);
+        if let Some(t) = tables.lock().get(name) {
+            return Arc::clone(t);
+        }
+        let table = Arc::new(Table::build(tz));
+        tables
+            .lock()
+            .entry(name.to_owned())
+            .or_insert(table)
+            .clone()
+    }
+
+    fn build(tz: &TimeZone) -> Table {
+        let second = |t: &jiff::tz::TimeZoneTransition<'_>| t.timestamp().as_second();
+        let offset_at = |s: i64| i64::from(tz.to_offset(Zone::timestamp(s)).seconds());
+        let before = tz
+            .preceding(Zone::timestamp(TABLE_FROM))
+            .next()
+            .as_ref()
+            .map(second);
+        let mut transitions: Vec<(i64, i64)> =
+            before.map(|s| (s, offset_at(s))).into_iter().collect();
+        let mut beyond = false;
+        for t in tz.following(Zone::timestamp(TABLE_FROM - 1)) {
+            let s = second(&t);
+            transitions.push((s, i64::from(t.offset().seconds())));
+            if s > TABLE_TO {
+                beyond = true;
+                break;
+            }
+        }
+        let first_offset = transitions
+            .first()
+            .map_or_else(|| offset_at(TABLE_FROM), |&(s, _)| offset_at(s - 1));
+        Table {
+            transitions,
+            first_offset,
+            // Without a transition before (after) the range, the table's
+            // first (last) offset holds for all time before (after) it.
+            lo: if before.is_some() {
+                TABLE_FROM
+            } else {
+                MIN_SECOND
+            },
+            hi: if beyond { TABLE_TO } else { MAX_SECOND + 1 },
+        }
+    }
+
+    /// The segment that contains `at`, if the table answers for it.
+    fn segment_at(&self, at: i64) -> Option<Segment> {
+        if at < self.lo || at >= self.hi {
+            return None;
+        }
+        let i = self.transitions.partition_point(|&(s, _)| s <= at);
+        let offset_before = |i: usize| {
+            if i == 0 {
+                self.first_offset
+            } else {
+                self.transitions[i - 1].1
+            }
+        };
+        Some(Segment {
+            start: if i == 0 {
+                MIN_SECOND
+            } else {
+                self.transitions[i - 1].0
+            },
+            end: self
+                .transitions
+                .get(i)
+                .map_or(MAX_SECOND + 1, |&(s, _)| s.min(MAX_SECOND + 1)),
+            offset: offset_before(i),
+            before: if i == 0 {
+                self.first_offset
+            } else {
+                offset_before(i - 1)
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_gives_the_segments_jiff_gives() {
+        for name in [
+            "Europe/Berlin",
+            "America/Santiago",
+            "Australia/Lord_Howe",
+            "Asia/Kolkata",
+            "UTC",
+            "Africa/Casablanca",
+        ] {
+            let zone = Zone::lookup(name).unwrap();
+            let mut at = TABLE_FROM - 400 * DAY;
+            while at < TABLE_TO + 400 * DAY {
+                for probe in [at, at - 1, at + 1] {
+                    let from_jiff = zone.segment_from_jiff(probe);
+                    if let Some(from_table) = zone.table.segment_at(probe) {
+                        assert_eq!(from_table, from_jiff, "{name} at {probe}");
+                    }
+                    assert_eq!(zone.segment_at(probe), from_jiff, "{name} at {probe}");
+                }
+                // Jump to just past the next transition, or a few weeks on.
+                let next = zone.segment_from_jiff(at).end;
+                at = if next < at + 40 * DAY {
+                    next
+                } else {
+                    at + 40 * DAY
+                };
+            }
+        }
     }
 }
