@@ -418,3 +418,24 @@ fn every_periods_are_whole_milliseconds_rounded_to_the_nearest() {
         "every 1d250ms"
     );
 }
+
+#[test]
+fn schedules_are_plain_values_shared_across_threads() {
+    fn shareable<T: Send + Sync + Clone + 'static>() {}
+    shareable::<Schedule>();
+    let s = Schedule::cron("0 3 * * *")
+        .unwrap()
+        .time_zone("Europe/Berlin")
+        .unwrap();
+    let debug = format!("{s:?}");
+    assert!(
+        debug.contains("Zone(\"Europe/Berlin\")") && debug.len() < 600,
+        "{debug}"
+    );
+    let copy = s.clone();
+    let t = at(JAN1);
+    let from_thread = std::thread::spawn(move || copy.next_after(t))
+        .join()
+        .unwrap();
+    assert_eq!(from_thread, s.next_after(t));
+}

@@ -59,11 +59,17 @@ fn database() -> &'static TimeZoneDatabase {
 }
 
 /// A time zone of the bundled database, with its IANA name.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(super) struct Zone {
     name: String,
     tz: TimeZone,
     table: Arc<Table>,
+}
+
+impl std::fmt::Debug for Zone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Zone").field(&self.name).finish()
+    }
 }
 
 impl PartialEq for Zone {
