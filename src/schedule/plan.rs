@@ -15,9 +15,12 @@ use super::{CatchUp, MAX_CATCH_UP, MISFIRE_GRACE, Schedule};
 /// [`fire`](Plan::fire) and storing [`settled`](Plan::settled) as the new
 /// `after`, both or neither, and only if `after` is still what the plan
 /// was made from (a compare-and-set): then any number of processes may
-/// plan at once, retry, or die between planning and applying, and each
-/// occurrence is fired at most once, and (under [`CatchUp::All`] within
-/// its bound) at least once.
+/// plan at once, retry, or die between planning and applying, and no
+/// occurrence is fired twice. Every due occurrence is either fired or
+/// counted in [`skipped`](Plan::skipped) by exactly one applied plan;
+/// which ones are skipped is the [catch-up policy](CatchUp)'s choice.
+/// While the caller keeps up (each plan finds one occurrence due, and
+/// under `Skip` finds it within [`MISFIRE_GRACE`]), none is skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Plan {
