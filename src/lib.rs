@@ -108,6 +108,30 @@
 //! # Ok::<(), redwheel::Error>(())
 //! ```
 //!
+//! ## Recurring schedules
+//!
+//! [`schedule::Schedule`] says when a recurring job fires: a cron
+//! expression (Vixie cron's grammar and day rule) read on the wall clock of
+//! an IANA time zone, with daylight saving time handled as Debian's cron
+//! does, or a fixed period anchored so that restarts never drift. It is a
+//! pure value that reads no clock: [`next_after`](schedule::Schedule::next_after)
+//! previews runs, [`plan`](schedule::Schedule::plan) says what a catch-up
+//! policy fires after downtime, and [`definition`](schedule::Schedule::definition)
+//! is the stable text it is stored and compared as. The zone database is
+//! bundled, so every process of one build agrees. (Schedules are not yet
+//! attached to queues.)
+//!
+//! ```
+//! use std::time::{Duration, UNIX_EPOCH};
+//! use redwheel::schedule::Schedule;
+//!
+//! let nightly = Schedule::cron("30 2 * * *")?.time_zone("Europe/Berlin")?;
+//! // 29 March 2026: 02:30 does not exist in Berlin; it runs at 03:00 CEST.
+//! let t = UNIX_EPOCH + Duration::from_secs(1_774_742_400); // 2026-03-29T00:00:00Z
+//! assert_eq!(nightly.next_after(t), Some(UNIX_EPOCH + Duration::from_secs(1_774_746_000)));
+//! # Ok::<(), redwheel::Error>(())
+//! ```
+//!
 //! ## Errors
 //!
 //! The timer has its own [`TimerError`]. Everything Redis-backed returns one
@@ -142,6 +166,7 @@ mod error;
 pub mod lock;
 pub mod queue;
 mod runtime;
+pub mod schedule;
 mod scripts;
 mod telemetry;
 // The timer's fast path (pooled slots, per-thread rings) is unsafe code,
