@@ -79,9 +79,11 @@ impl Server {
         self.inner.stopped.load(Ordering::SeqCst)
     }
 
-    /// Stops serving: requests in progress finish, then the port is
-    /// closed and the refresher stops after its round in progress.
-    /// Idempotent.
+    /// Stops serving: requests in progress finish, the worker threads
+    /// end, and the listening socket is closed (by the HTTP server's
+    /// accept thread, moments after this returns); the refresher stops
+    /// after its round in progress. Idempotent; blocks until the first
+    /// call has finished.
     pub fn stop(&self) {
         let inner = &self.inner;
         if inner.stopped.swap(true, Ordering::SeqCst) {
@@ -236,7 +238,10 @@ fn serve(app: &App, mut req: Request) {
         Reply::json(500, &model::error("internal", "internal error"))
     });
     tracing::debug!(target: "redwheel::web", method = %req.method(), url = %req.url(), status = reply.status, "request");
-    let mut resp = Response::from_data(reply.body).with_status_code(reply.status);
+    // The length is known: `Content-Length`, never chunked.
+    let mut resp = Response::from_data(reply.body)
+        .with_status_code(reply.status)
+        .with_chunked_threshold(usize::MAX);
     let headers = [
         ("Content-Type", reply.content_type.to_owned()),
         ("Cache-Control", "no-store".to_owned()),

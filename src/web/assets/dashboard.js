@@ -18,6 +18,9 @@
   var generation = 0;
   var timer = null;
   var pending = null;
+  // A pointer pressed on the page: no swap until it is released, so that a
+  // click is not lost to a refresh.
+  var pressed = false;
 
   function token() {
     try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; }
@@ -48,7 +51,7 @@
 
   function refresh() {
     timer = null;
-    if (busy || confirming()) { schedule(); return; }
+    if (busy || pressed || confirming()) { schedule(); return; }
     busy = true;
     fetch(location.href, { headers: { 'X-Redwheel-Live': '1' }, cache: 'no-store', credentials: 'same-origin' })
       .then(function (r) { return r.text(); })
@@ -56,7 +59,7 @@
         var doc = new DOMParser().parseFromString(text, 'text/html');
         var fresh = doc.getElementById('live');
         var live = document.getElementById('live');
-        if (fresh && live && !confirming()) {
+        if (fresh && live && !pressed && !confirming()) {
           live.replaceWith(document.adoptNode(fresh));
           absoluteTimes(fresh);
         }
@@ -153,6 +156,10 @@
       if (box) { closeBox(box); }
     }
   });
+
+  document.addEventListener('pointerdown', function () { pressed = true; });
+  document.addEventListener('pointerup', function () { setTimeout(function () { pressed = false; }, 0); });
+  document.addEventListener('pointercancel', function () { pressed = false; });
 
   absoluteTimes(document);
   schedule();
