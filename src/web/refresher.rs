@@ -303,7 +303,8 @@ fn rows(
     at: Instant,
     config: &Config,
 ) -> Vec<Row> {
-    history.retain(|name, _| readings.iter().any(|(n, _)| n == name));
+    let found: std::collections::HashSet<&str> = readings.iter().map(|(n, _)| n.as_str()).collect();
+    history.retain(|name, _| found.contains(name.as_str()));
     let mut rows: Vec<Row> = readings
         .into_iter()
         .map(|(name, reading)| {
