@@ -53,7 +53,7 @@
     timer = null;
     if (busy || pressed || confirming()) { schedule(); return; }
     busy = true;
-    fetch(location.href, { headers: { 'X-Redwheel-Live': '1' }, cache: 'no-store', credentials: 'same-origin' })
+    fetch(location.href, { cache: 'no-store', credentials: 'same-origin' })
       .then(function (r) { return r.text(); })
       .then(function (text) {
         var doc = new DOMParser().parseFromString(text, 'text/html');
