@@ -173,6 +173,9 @@ mod telemetry;
 // each block with its `// SAFETY:` argument, covered by Miri and loom.
 #[allow(unsafe_code)]
 pub mod timer;
+#[cfg(feature = "web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "web")))]
+pub mod web;
 
 pub use error::{Error, ErrorKind, TimerError};
 pub use lock::{LeaseLost, Lock, LockGuard, LockStats, LostCause};

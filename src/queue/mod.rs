@@ -80,6 +80,11 @@ pub use self::keys::{MAX_ID_LEN, MAX_NAME_LEN};
 pub use self::message::{Message, MessageId};
 pub use self::options::{ConsumerOptions, QueueOptions};
 pub use self::stats::QueueStats;
+// For the dashboard's reads of many queues in one round trip per master.
+#[cfg(feature = "web")]
+pub(crate) use self::keys::Keys;
+#[cfg(feature = "web")]
+pub(crate) use self::stats::{decode_stats, pipe_stats};
 
 /// Checks a queue name as [`Redwheel::queue`] does, without Redis: non-empty,
 /// at most [`MAX_NAME_LEN`] bytes, no `{` or `}` (they delimit the hash

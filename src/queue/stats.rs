@@ -98,6 +98,42 @@ impl<T: Codec> Queue<T> {
 /// (epoch ms) at the instant they were read. Shared by [`Queue::stats`]
 /// and the operators' inspector, which reads without opening the queue.
 pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64), Error> {
+    let reply: redis::Value = rt.run(&keys.delayed, Access::Read, |con| {
+        let mut inv = scripts::STATS.prepare_invoke();
+        for k in stats_keys(keys) {
+            inv.key(k);
+        }
+        inv.invoke(con)
+    })?;
+    decode_stats(reply).map_err(|e| Error::from_redis(e, Access::Read))
+}
+
+/// The keys `stats.lua` reads, in its order.
+fn stats_keys(keys: &Keys) -> [&str; 5] {
+    [
+        &keys.delayed,
+        &keys.ready,
+        &keys.inflight,
+        &keys.dead,
+        &keys.msg,
+    ]
+}
+
+/// Appends `stats.lua` on `keys` (by `EVALSHA`: the caller loads the
+/// script after a `NOSCRIPT`) to a pipeline, for readers of many queues in
+/// one round trip (the dashboard); [`decode_stats`] reads its reply.
+pub(crate) fn pipe_stats(pipe: &mut redis::Pipeline, keys: &Keys) {
+    let k = stats_keys(keys);
+    pipe.cmd("EVALSHA")
+        .arg(scripts::STATS.get_hash())
+        .arg(k.len())
+        .arg(&k[..]);
+}
+
+/// `stats.lua`'s reply `{delayed, ready, inflight, dead, oldest_overdue_ms
+/// (-1: none), next_due_ms (-1: none), now_ms}`: the counts and the
+/// server's clock (epoch ms). The one reader of that reply.
+pub(crate) fn decode_stats(reply: redis::Value) -> redis::RedisResult<(QueueStats, u64)> {
     let (delayed, ready, in_flight, dead, overdue, next_due, now): (
         u64,
         u64,
@@ -106,15 +142,7 @@ pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64),
         i64,
         i64,
         u64,
-    ) = rt.run(&keys.delayed, Access::Read, |con| {
-        scripts::STATS
-            .key(&keys.delayed)
-            .key(&keys.ready)
-            .key(&keys.inflight)
-            .key(&keys.dead)
-            .key(&keys.msg)
-            .invoke(con)
-    })?;
+    ) = redis::from_redis_value(reply)?;
     let stats = QueueStats {
         delayed,
         ready,

@@ -109,6 +109,27 @@ pub enum Command {
         #[arg(default_value = "*")]
         pattern: String,
     },
+    /// Serves the web dashboard until interrupted (README, "Dashboard").
+    Web(WebArgs),
+}
+
+/// `redwheel web`'s options.
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1:7780", value_name = "HOST:PORT")]
+    pub listen: String,
+    /// Actions need `Authorization: Bearer <TOKEN>` (the page asks for it).
+    #[arg(
+        long,
+        env = "REDWHEEL_WEB_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Refuse every action and show no action button.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 /// Which state `peek` lists (one of; ready by default).

@@ -38,6 +38,7 @@ pub fn run(rw: &Redwheel, cli: &Cli) -> Result<(), Failure> {
             once,
         } => watch(rw, queues, *interval, *once, json),
         Command::Locks { pattern } => locks(rw, pattern, json),
+        Command::Web(args) => crate::web::serve(rw, args, json),
     }
 }
 
