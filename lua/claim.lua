@@ -33,7 +33,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[1])
 local count = tonumber(ARGV[3])
-local refused = 0
+local stale = 0
 for i = 0, tonumber(ARGV[4]) - 1 do
   local id = ARGV[5 + 2 * i]
   local cur = redis.call('HGET', KEYS[4], id)
@@ -43,10 +43,10 @@ for i = 0, tonumber(ARGV[4]) - 1 do
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
   elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
-    refused = refused + 1
+    stale = stale + 1
   end
 end
-local out = { deadline, refused }
+local out = { deadline, stale }
 local claimed = 0
 local skipped = 0
 local any_stale = count > 0 and redis.call('EXISTS', KEYS[7]) == 1

@@ -319,4 +319,6 @@ impl Drop for Driver {
 }
 
 #[cfg(test)]
+mod test_rig;
+#[cfg(test)]
 mod tests;
