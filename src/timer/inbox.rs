@@ -563,16 +563,99 @@ pub(crate) fn thread_id() -> u64 {
     return THREAD_ID.with(id);
 }
 
-/// This thread's producers, one per timer it used.
+/// This thread's producers, one per timer it used, and the one it used
+/// last.
+///
+/// The cache (`last_key`, `last`) owns a strong reference of its own to
+/// its producer (taken with `Arc::into_raw`). A producer holds a `Weak` of
+/// its timer, which keeps the timer's allocation, hence its address (the
+/// key), from being reused: while the cache names a producer, no other
+/// timer can have its key. Every lookup that misses empties the cache
+/// before anything else, and fills it with its own outcome last.
 struct Mine {
-    /// The timer of the producer used last, and that producer.
+    /// The key of the cached producer's timer; 0 when `last` is null.
     last_key: Cell<usize>,
+    /// The cached producer (from `Arc::into_raw`), or null.
     last: Cell<*const Producer>,
     list: RefCell<Vec<Arc<Producer>>>,
 }
 
+impl Mine {
+    /// The cached producer, if it is the one for `key`.
+    #[inline(always)]
+    fn cached(&self, key: usize) -> Option<NonNull<Producer>> {
+        if self.last_key.get() == key {
+            NonNull::new(self.last.get().cast_mut())
+        } else {
+            None
+        }
+    }
+
+    /// Empties the cache and returns the reference it held.
+    fn take_cache(&self) -> Option<Arc<Producer>> {
+        self.last_key.set(0);
+        let last = self.last.replace(ptr::null());
+        // SAFETY: a non-null `last` came from `Arc::into_raw` in
+        // `set_cache`, and its reference is given back once, here.
+        (!last.is_null()).then(|| unsafe { Arc::from_raw(last) })
+    }
+
+    /// Caches `p` (the producer for timer `key`), with its reference; the
+    /// cache must be empty. Returns the producer's address.
+    fn set_cache(&self, key: usize, p: Arc<Producer>) -> NonNull<Producer> {
+        debug_assert!(self.last.get().is_null(), "the cache was not emptied");
+        let raw = Arc::into_raw(p);
+        self.last.set(raw);
+        self.last_key.set(key);
+        // SAFETY: from `Arc::into_raw`, so not null.
+        unsafe { NonNull::new_unchecked(raw.cast_mut()) }
+    }
+
+    /// The lookup that missed the cache (see [`mine`]).
+    #[cold]
+    #[inline(never)]
+    fn lookup(
+        &self,
+        key: usize,
+        shared: impl FnOnce() -> Option<Arc<Shared>>,
+    ) -> Option<NonNull<Producer>> {
+        let old = self.take_cache();
+        // Producers of timers that are gone or closed: let them go.
+        let mut gone = Vec::new();
+        let mut found = {
+            let mut list = self.list.borrow_mut();
+            list.retain(|p| {
+                let keep = p.shared.strong_count() > 0 && !p.is_closed();
+                if !keep {
+                    gone.push(Arc::clone(p));
+                }
+                keep
+            });
+            list.iter().find(|p| p.timer_key() == key).cloned()
+        };
+        let mut timer = None;
+        if found.is_none() {
+            timer = shared();
+            found = timer.as_ref().and_then(register);
+            if let Some(p) = &found {
+                self.list.borrow_mut().push(Arc::clone(p));
+            }
+        }
+        for p in &gone {
+            // SAFETY: this is their thread, letting go of them.
+            unsafe { p.orphan() };
+        }
+        // What goes here may be the last reference to a timer, whose drop
+        // runs user code (its executor's), which may look up producers
+        // again: so no borrow is held, and the cache is filled after.
+        drop((old, gone, timer));
+        found.map(|p| self.set_cache(key, p))
+    }
+}
+
 impl Drop for Mine {
     fn drop(&mut self) {
+        drop(self.take_cache());
         for p in self.list.get_mut().drain(..) {
             // SAFETY: this is the producer's thread, leaving.
             unsafe { p.orphan() };
@@ -583,8 +666,8 @@ impl Drop for Mine {
 /// The calling thread's producer for one timer. Valid until the thread
 /// next looks up a producer (or exits); use it and let it go.
 pub(crate) enum Mineref {
-    /// In the thread's list.
-    Listed(NonNull<Producer>),
+    /// The thread's cached producer.
+    Cached(NonNull<Producer>),
     /// Made for one use, because the thread's list is gone (the thread is
     /// exiting); orphaned when dropped.
     Once(Arc<Producer>),
@@ -594,7 +677,7 @@ impl Mineref {
     /// The producer as `Arc::as_ptr` gives it (for the pool's chunks).
     pub(crate) fn as_ptr(&self) -> *const Producer {
         match self {
-            Mineref::Listed(p) => p.as_ptr(),
+            Mineref::Cached(p) => p.as_ptr(),
             Mineref::Once(p) => Arc::as_ptr(p),
         }
     }
@@ -605,9 +688,9 @@ impl std::ops::Deref for Mineref {
 
     fn deref(&self) -> &Producer {
         match self {
-            // SAFETY: the thread's list holds the producer's `Arc` until
-            // the thread's next lookup or exit, after this use.
-            Mineref::Listed(p) => unsafe { p.as_ref() },
+            // SAFETY: the thread's cache holds a reference to the producer
+            // until the thread's next lookup or exit, after this use.
+            Mineref::Cached(p) => unsafe { p.as_ref() },
             Mineref::Once(p) => p,
         }
     }
@@ -625,45 +708,37 @@ impl Drop for Mineref {
 /// The calling thread's producer for the timer whose address is `key`,
 /// registering one (with `shared()`) on first use. `None` if the timer is
 /// gone or closed.
+#[inline]
 pub(crate) fn mine(key: usize, shared: impl FnOnce() -> Option<Arc<Shared>>) -> Option<Mineref> {
     let mut shared = Some(shared);
-    let mut upgrade = || shared.take().and_then(|f| f());
     let found = MINE.try_with(|m| {
-        if m.last_key.get() == key {
-            return NonNull::new(m.last.get().cast_mut()).map(Mineref::Listed);
-        }
-        let mut list = m.list.borrow_mut();
-        // Producers of timers that are gone or closed: let them go.
-        let mut gone = Vec::new();
-        list.retain(|p| {
-            let keep = p.shared.strong_count() > 0 && !p.is_closed();
-            if !keep {
-                gone.push(Arc::clone(p));
-            }
-            keep
-        });
-        let p = match list.iter().find(|p| p.timer_key() == key) {
-            Some(p) => Some(Arc::clone(p)),
-            None => upgrade()
-                .and_then(|s| register(&s))
-                .inspect(|p| list.push(Arc::clone(p))),
-        };
-        drop(list);
-        for p in gone {
-            // SAFETY: this is their thread, letting go of them.
-            unsafe { p.orphan() };
-        }
-        let p = p?;
-        let ptr = Arc::as_ptr(&p);
-        m.last_key.set(key);
-        m.last.set(ptr);
-        NonNull::new(ptr.cast_mut()).map(Mineref::Listed)
+        m.cached(key)
+            .or_else(|| shared.take().and_then(|f| m.lookup(key, f)))
     });
     match found {
-        Ok(found) => found,
+        Ok(found) => found.map(Mineref::Cached),
         // The thread-local list is gone: a producer for this one use.
-        Err(_) => upgrade().and_then(|s| register(&s)).map(Mineref::Once),
+        Err(_) => shared
+            .take()
+            .and_then(|f| f())
+            .and_then(|s| register(&s))
+            .map(Mineref::Once),
     }
+}
+
+/// The calling thread's cached producer (its address, 0 for none) and the
+/// addresses of the producers its list holds (tests only).
+#[cfg(all(test, not(loom)))]
+pub(crate) fn cache_state() -> (usize, Vec<usize>) {
+    MINE.with(|m| {
+        let listed = m
+            .list
+            .borrow()
+            .iter()
+            .map(|p| Arc::as_ptr(p).addr())
+            .collect();
+        (m.last.get().addr(), listed)
+    })
 }
 
 /// Registers a new producer for the calling thread with `shared`; `None`
@@ -799,5 +874,74 @@ mod tests {
             assert!(!p.unpublish(entry(2)));
         }
         assert_eq!(p.added(), 1, "a refused timeout is not counted");
+    }
+
+    /// Issue 18, item 1: on one thread, timer A is used, stopped and
+    /// dropped; B's `new_timeout` loses its race with `B.stop()` at the
+    /// lookup (played here step by step: the lookup runs after the stop);
+    /// then C, built where A was, schedules. The thread's cache must never
+    /// name a producer that nothing keeps alive.
+    #[test]
+    fn the_producer_cache_never_outlives_its_producer() {
+        use crate::timer::{HashedWheelTimer, ManualClock};
+        use std::sync::atomic::{AtomicUsize, Ordering as O};
+        use std::time::Duration;
+
+        let build = || {
+            HashedWheelTimer::builder()
+                .clock(ManualClock::new())
+                .build()
+                .expect("valid arguments")
+        };
+        let key = |t: &HashedWheelTimer| Arc::as_ptr(&t.handle.shared).addr();
+
+        let a = build();
+        let key_a = key(&a);
+        drop(
+            a.new_timeout(Duration::from_secs(1), |_| {})
+                .expect("A runs"),
+        );
+        let (cached_a, _) = cache_state();
+        assert_ne!(cached_a, 0, "A's producer is cached");
+        drop(a.stop().expect("stop from outside a task"));
+        drop(a);
+
+        // B: its `new_timeout` passed the state check, then `stop()` ran,
+        // then it looks up its producer (registration refused).
+        let b = build();
+        let b_shared = Arc::clone(&b.handle.shared);
+        drop(b.stop().expect("stop from outside a task"));
+        assert!(mine(key(&b), || Some(Arc::clone(&b_shared))).is_none());
+        drop(b_shared);
+
+        // C, at A's address if the allocator gives it (it usually does).
+        let mut others = Vec::new();
+        let c = loop {
+            let c = build();
+            if key(&c) == key_a || others.len() == 64 {
+                break c;
+            }
+            others.push(c);
+        };
+        let (cached, listed) = cache_state();
+        let dangling = cached != 0 && !listed.contains(&cached);
+        eprintln!("DEBUG key match {} dangling {dangling}", key(&c) == key_a);
+        // Before the fix this lookup hit the cache and used the freed
+        // producer (Miri: use after free; natively: a panic or worse).
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&ran);
+        let scheduled = c.new_timeout(Duration::ZERO, move |_| {
+            r.fetch_add(1, O::SeqCst);
+        });
+        assert!(
+            !dangling,
+            "the cache names producer {cached:#x}, which no list holds (A's was {cached_a:#x})"
+        );
+        assert!(scheduled.is_ok(), "C refused a timeout: {scheduled:?}");
+        let never_ran = c.stop().expect("stop from outside a task");
+        assert_eq!(never_ran.len() + ran.load(O::SeqCst), 1);
+        drop((never_ran, scheduled, others));
+        let (cached, listed) = cache_state();
+        assert!(cached == 0 || listed.contains(&cached));
     }
 }

@@ -179,7 +179,7 @@ fn slot_of(p: &Arc<Producer>, refs: u32, tally: &Arc<Tally>) -> SlotRef {
         guard.0.ran.fetch_add(1, Ordering::SeqCst);
     };
     // SAFETY: this model thread owns `p`; the slot is fresh.
-    let slot = SlotRef(unsafe { p.pool.alloc(Arc::as_ptr(p)) });
+    let slot = SlotRef(unsafe { p.pool.alloc(Arc::as_ptr(p)) }.expect("an open pool"));
     // SAFETY: as above.
     unsafe { slot::init(slot.0, 0, refs, task) };
     slot

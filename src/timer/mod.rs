@@ -692,7 +692,12 @@ impl Shared {
         };
         // SAFETY: `mine` is this thread's producer, and its pool outlives
         // its slots.
-        let slot = SlotRef(unsafe { mine.pool.alloc(mine.as_ptr()) });
+        let Some(slot) = (unsafe { mine.pool.alloc(mine.as_ptr()) }) else {
+            // The pool closed: `stop()` ran (or the timer is gone).
+            self.unreserve(1);
+            return Err(TimerError::Stopped);
+        };
+        let slot = SlotRef(slot);
         // Two references: the handle and the ring entry.
         // SAFETY: the slot is fresh and ours.
         unsafe { slot::init(slot.0, deadline, 2, task) };

@@ -171,17 +171,23 @@ impl Pool {
         }
     }
 
-    /// A free slot, uninitialised apart from its memory being reserved.
+    /// A free slot, uninitialised apart from its memory being reserved;
+    /// `None` once the pool is closed (its timer is stopped or gone, or
+    /// its thread left it: the caller answers `Stopped`). A closed pool
+    /// hands out nothing: its counts were settled at the close, and its
+    /// remote list holds the `CLOSED` mark, not a slot.
     ///
     /// # Safety
     /// Only the owner's thread may call this, with `owner` its producer,
     /// a pointer from `Arc::as_ptr` (the chunks keep a strong count of it:
     /// see `Producer::take_pool_ref`).
-    pub(crate) unsafe fn alloc(&self, owner: *const Producer) -> NonNull<Slot> {
+    pub(crate) unsafe fn alloc(&self, owner: *const Producer) -> Option<NonNull<Slot>> {
         self.local.with_mut(|l| {
             // SAFETY: owner thread only, no other borrow of `local` is live.
             let l = unsafe { &mut *l };
-            debug_assert!(!l.closed, "allocation from a closed pool");
+            if l.closed {
+                return None;
+            }
             l.allocs += 1;
             if l.free.is_null() && l.bump_next == SLOTS_PER_CHUNK {
                 l.free = self.remote.swap(ptr::null_mut(), Ordering::Acquire);
@@ -190,7 +196,7 @@ impl Pool {
                 // SAFETY: a free slot's task area holds the next free slot,
                 // written before it was published to us.
                 l.free = unsafe { link_of(slot.as_ptr()) };
-                return slot;
+                return Some(slot);
             }
             if l.bump_next == SLOTS_PER_CHUNK {
                 if l.block_left == 0 {
@@ -208,7 +214,7 @@ impl Pool {
             l.bump_next += 1;
             // SAFETY: `bump` is a live chunk and `index` is in bounds; the
             // pointer keeps the chunk's provenance.
-            unsafe { slot_at(l.bump, index) }
+            Some(unsafe { slot_at(l.bump, index) })
         })
     }
 
@@ -826,7 +832,7 @@ mod tests {
         F: FnOnce(&super::super::Timeout) + Send + 'static,
     {
         // SAFETY: this thread owns `p`; the slot is fresh.
-        let slot = SlotRef(unsafe { p.pool.alloc(Arc::as_ptr(p)) });
+        let slot = SlotRef(unsafe { p.pool.alloc(Arc::as_ptr(p)) }.expect("an open pool"));
         unsafe { init(slot.0, 42, refs, f) };
         slot
     }
@@ -933,6 +939,28 @@ mod tests {
         keep[0].release();
         assert_eq!(Arc::strong_count(&p), 1, "released with the last slot");
         assert_eq!(t.dropped.load(O::SeqCst), 500);
+    }
+
+    #[test]
+    fn a_closed_pool_hands_out_no_slot() {
+        let p = producer();
+        let t = Arc::new(Tally::default());
+        let live = new_slot(&p, 1, task::<1>(&t));
+        // SAFETY: this thread owns the pool.
+        unsafe { p.pool.close() };
+        // SAFETY: as above.
+        assert!(unsafe { p.pool.alloc(Arc::as_ptr(&p)) }.is_none());
+        // A slot freed on another thread after the close does not come back.
+        std::thread::scope(|s| {
+            s.spawn(|| live.release());
+        });
+        assert!(unsafe { p.pool.alloc(Arc::as_ptr(&p)) }.is_none());
+        assert_eq!(
+            Arc::strong_count(&p),
+            1,
+            "the last slot released the chunks"
+        );
+        assert_eq!(t.dropped.load(O::SeqCst), 1);
     }
 
     #[test]
