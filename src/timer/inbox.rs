@@ -52,13 +52,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use crossbeam_utils::CachePadded;
 
 use super::Shared;
 use super::slot::{Pool, Slot, SlotRef};
-use super::sync::{AtomicBool, AtomicPtr, AtomicU64, Ordering, UnsafeCell};
+use super::sync::{Arc, AtomicBool, AtomicPtr, AtomicU64, Ordering, UnsafeCell};
 
 /// Entries per ring segment.
 #[cfg(not(loom))]
@@ -162,6 +162,13 @@ struct Side {
     head_base: u32,
     /// Entries claimed and read.
     claimed: u32,
+    /// Timeouts the worker has seen accepted here: new-timeout entries
+    /// claimed, plus those taken back (`U`). Once the ring is closed, or
+    /// its thread left it and everything was claimed, this is the
+    /// producer's final `added`, read coherently with the close (`added`
+    /// itself may still hold the passing count of a push that is about to
+    /// find the ring closed and take it back).
+    accepted: u64,
 }
 
 // SAFETY: `local` is only touched by the producer's thread and `side` only
@@ -190,6 +197,7 @@ impl Producer {
                 head: seg,
                 head_base: 0,
                 claimed: 0,
+                accepted: 0,
             }),
             pool: Pool::new(),
             shared,
@@ -344,18 +352,20 @@ impl Producer {
         }
         // SAFETY: the worker thread only; the entries up to `published(w)`
         // were published by the release of the pushes we acquired.
-        unsafe { self.read_upto(published(w), f) };
+        unsafe { self.read_upto(published(w), unseen(w), f) };
         unseen(w)
     }
 
-    /// Worker: reads the entries up to number `upto`.
+    /// Worker: reads the entries up to number `upto`, counting them and
+    /// `unseen` taken-back timeouts in `accepted`.
     ///
     /// # Safety
     /// The worker thread only; `upto` was acquired from `state`.
-    unsafe fn read_upto(&self, upto: u32, mut f: impl FnMut(Entry)) {
+    unsafe fn read_upto(&self, upto: u32, unseen: u32, mut f: impl FnMut(Entry)) {
         self.side.with_mut(|s| {
             // SAFETY: the worker thread only.
             let s = unsafe { &mut *s };
+            s.accepted += u64::from(unseen);
             while s.claimed != upto {
                 if s.claimed.wrapping_sub(s.head_base) as usize == SEG {
                     // SAFETY: the producer linked `next` before publishing
@@ -368,7 +378,9 @@ impl Producer {
                 }
                 let offset = s.claimed.wrapping_sub(s.head_base) as usize;
                 // SAFETY: published, and not yet handed back.
-                f(unsafe { (*s.head).entries[offset].with(|e| *e) });
+                let entry = unsafe { (*s.head).entries[offset].with(|e| *e) };
+                s.accepted += u64::from(entry.addr() & CANCEL_TAG == 0);
+                f(entry);
                 s.claimed = s.claimed.wrapping_add(1);
             }
         });
@@ -432,8 +444,19 @@ impl Producer {
         let w = self.state.fetch_or(CLOSED, Ordering::AcqRel);
         // SAFETY: forwarded; the entries up to `published(w)` were
         // published before the close.
-        unsafe { self.read_upto(published(w), f) };
+        unsafe { self.read_upto(published(w), unseen(w), f) };
         unseen(w)
+    }
+
+    /// Worker: the timeouts it has seen accepted through this producer
+    /// (see `Side::accepted`): its final count once the ring is closed, or
+    /// orphaned and claimed to the end.
+    ///
+    /// # Safety
+    /// The worker thread only.
+    pub(crate) unsafe fn accepted(&self) -> u64 {
+        // SAFETY: the worker thread only.
+        self.side.with(|s| unsafe { (*s).accepted })
     }
 
     /// Whether the worker closed this producer.
@@ -518,7 +541,8 @@ pub(crate) struct Registry {
     pub(crate) list: Vec<Arc<Producer>>,
     /// The worker is gone: no more producers.
     pub(crate) closed: bool,
-    /// `added` of the producers retired from `list`.
+    /// Timeouts accepted by the producers retired from `list` (their
+    /// `accepted`, counted by the worker).
     pub(crate) retired_added: u64,
 }
 
@@ -537,14 +561,15 @@ loom::thread_local! {
     static THREAD_ID: Cell<u64> = Cell::new(0);
 }
 
+#[cfg(not(loom))]
 thread_local! {
-    static MINE: Mine = const {
-        Mine {
-            last_key: Cell::new(0),
-            last: Cell::new(ptr::null()),
-            list: RefCell::new(Vec::new()),
-        }
-    };
+    static MINE: Mine = const { Mine::new() };
+}
+
+// Under loom, threads are the model's: so must their producers be.
+#[cfg(loom)]
+loom::thread_local! {
+    static MINE: Mine = Mine::new();
 }
 
 /// A unique id of the calling thread (never reused).
@@ -581,6 +606,14 @@ struct Mine {
 }
 
 impl Mine {
+    const fn new() -> Self {
+        Mine {
+            last_key: Cell::new(0),
+            last: Cell::new(ptr::null()),
+            list: RefCell::new(Vec::new()),
+        }
+    }
+
     /// The cached producer, if it is the one for `key`.
     #[inline(always)]
     fn cached(&self, key: usize) -> Option<NonNull<Producer>> {
@@ -617,7 +650,7 @@ impl Mine {
     fn lookup(
         &self,
         key: usize,
-        shared: impl FnOnce() -> Option<Arc<Shared>>,
+        shared: impl FnOnce() -> Option<std::sync::Arc<Shared>>,
     ) -> Option<NonNull<Producer>> {
         let old = self.take_cache();
         // Producers of timers that are gone or closed: let them go.
@@ -653,14 +686,30 @@ impl Mine {
     }
 }
 
-impl Drop for Mine {
-    fn drop(&mut self) {
+impl Mine {
+    /// The thread leaves its producers for good (it is exiting).
+    fn leave(&self) {
         drop(self.take_cache());
-        for p in self.list.get_mut().drain(..) {
+        let list = std::mem::take(&mut *self.list.borrow_mut());
+        for p in list {
             // SAFETY: this is the producer's thread, leaving.
             unsafe { p.orphan() };
         }
     }
+}
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// What the calling thread's exit does to its producers, now (loom models
+/// only: a model thread's join returns before its thread-locals are
+/// dropped).
+#[cfg(all(test, loom))]
+pub(crate) fn leave_thread() {
+    MINE.with(Mine::leave);
 }
 
 /// The calling thread's producer for one timer. Valid until the thread
@@ -709,7 +758,10 @@ impl Drop for Mineref {
 /// registering one (with `shared()`) on first use. `None` if the timer is
 /// gone or closed.
 #[inline]
-pub(crate) fn mine(key: usize, shared: impl FnOnce() -> Option<Arc<Shared>>) -> Option<Mineref> {
+pub(crate) fn mine(
+    key: usize,
+    shared: impl FnOnce() -> Option<std::sync::Arc<Shared>>,
+) -> Option<Mineref> {
     let mut shared = Some(shared);
     let found = MINE.try_with(|m| {
         m.cached(key)
@@ -743,8 +795,11 @@ pub(crate) fn cache_state() -> (usize, Vec<usize>) {
 
 /// Registers a new producer for the calling thread with `shared`; `None`
 /// once the timer's worker is gone.
-fn register(shared: &Arc<Shared>) -> Option<Arc<Producer>> {
-    let p = Arc::new(Producer::new(Arc::downgrade(shared), thread_id()));
+fn register(shared: &std::sync::Arc<Shared>) -> Option<Arc<Producer>> {
+    let p = Arc::new(Producer::new(
+        std::sync::Arc::downgrade(shared),
+        thread_id(),
+    ));
     {
         let mut reg = shared.producers.lock();
         if reg.closed {
@@ -865,15 +920,17 @@ mod tests {
         let mut got = Vec::new();
         unsafe {
             assert_eq!(p.push(entry(0), true), Pushed::Queued);
-            assert_eq!(p.push(entry(1), false), Pushed::Queued);
+            assert_eq!(p.push(entry(1), true), Pushed::Queued);
             assert!(p.unpublish(entry(1)));
             let unseen = p.close(|e| got.push(e.addr() / 8 - 1));
             assert_eq!((got.clone(), unseen), (vec![0], 1));
+            assert_eq!(p.accepted(), 2, "one handed over, one taken back");
             assert!(p.is_closed());
             assert_eq!(p.push(entry(2), true), Pushed::Closed);
             assert!(!p.unpublish(entry(2)));
+            assert_eq!(p.accepted(), 2);
         }
-        assert_eq!(p.added(), 1, "a refused timeout is not counted");
+        assert_eq!(p.added(), 2, "a refused timeout is not counted");
     }
 
     /// Issue 18, item 1: on one thread, timer A is used, stopped and
@@ -893,7 +950,7 @@ mod tests {
                 .build()
                 .expect("valid arguments")
         };
-        let key = |t: &HashedWheelTimer| Arc::as_ptr(&t.handle.shared).addr();
+        let key = |t: &HashedWheelTimer| std::sync::Arc::as_ptr(&t.handle.shared).addr();
 
         let a = build();
         let key_a = key(&a);
@@ -909,9 +966,9 @@ mod tests {
         // B: its `new_timeout` passed the state check, then `stop()` ran,
         // then it looks up its producer (registration refused).
         let b = build();
-        let b_shared = Arc::clone(&b.handle.shared);
+        let b_shared = std::sync::Arc::clone(&b.handle.shared);
         drop(b.stop().expect("stop from outside a task"));
-        assert!(mine(key(&b), || Some(Arc::clone(&b_shared))).is_none());
+        assert!(mine(key(&b), || Some(std::sync::Arc::clone(&b_shared))).is_none());
         drop(b_shared);
 
         // C, at A's address if the allocator gives it (it usually does).

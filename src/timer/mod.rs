@@ -101,13 +101,13 @@ mod loom;
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, ThreadId};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
 
 pub use self::clock::{Clock, ManualClock, SystemClock};
 pub use self::timeout::Timeout;
@@ -116,6 +116,7 @@ pub use crate::error::TimerError;
 use self::clock::Parker;
 use self::inbox::{Pushed, Registry, entry_of};
 use self::slot::SlotRef;
+use self::sync::{AtomicU8, AtomicU64, AtomicUsize, Mutex, Ordering};
 use self::worker::Pending;
 
 /// What [`HashedWheelTimer::new_timeout`] runs: any `FnOnce(&Timeout)`
@@ -151,7 +152,7 @@ const DOZE_AWAKE: u64 = 0;
 const DOZE_DOZING: u64 = 1;
 const DOZE_WOKEN_BASE: u64 = 2;
 
-static LIVE_TIMERS: AtomicUsize = AtomicUsize::new(0);
+static LIVE_TIMERS: StdAtomicUsize = StdAtomicUsize::new(0);
 static WARNED_TOO_MANY: AtomicBool = AtomicBool::new(false);
 
 /// Runs expired tasks somewhere other than the worker thread.
@@ -385,7 +386,7 @@ impl Builder {
         let shared = Arc::new(Shared {
             state: AtomicU8::new(WORKER_INIT),
             start_ns: AtomicU64::new(START_UNSET),
-            start_lock: Mutex::new(()),
+            start_lock: parking_lot::Mutex::new(()),
             start_cv: Condvar::new(),
             producers: Mutex::new(Registry::default()),
             generation: AtomicU64::new(0),
@@ -405,10 +406,10 @@ impl Builder {
             thread_name: self.thread_name,
             counted: AtomicBool::new(true),
         });
-        let live = LIVE_TIMERS.fetch_add(1, Ordering::Relaxed) + 1;
+        let live = LIVE_TIMERS.fetch_add(1, StdOrdering::Relaxed) + 1;
         if live > INSTANCE_COUNT_LIMIT
             && WARNED_TOO_MANY
-                .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(false, true, StdOrdering::Relaxed, StdOrdering::Relaxed)
                 .is_ok()
         {
             tracing::warn!(
@@ -559,7 +560,7 @@ pub(crate) struct Shared {
     state: AtomicU8,
     /// The worker's start time on the clock, in ns; `START_UNSET` before.
     start_ns: AtomicU64,
-    start_lock: Mutex<()>,
+    start_lock: parking_lot::Mutex<()>,
     start_cv: Condvar,
     /// The producers: one per thread that scheduled or cancelled here (see
     /// `inbox.rs`).
@@ -607,8 +608,8 @@ impl Shared {
     }
 
     fn uncount(&self) {
-        if self.counted.swap(false, Ordering::Relaxed) {
-            LIVE_TIMERS.fetch_sub(1, Ordering::Relaxed);
+        if self.counted.swap(false, StdOrdering::Relaxed) {
+            LIVE_TIMERS.fetch_sub(1, StdOrdering::Relaxed);
         }
     }
 

@@ -5,13 +5,42 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
+
+/// The reference count of the producers (`inbox.rs`), which loom must see
+/// to order a producer's last drop after the worker's last use.
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
+
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
+
+/// A mutex whose `lock` returns the guard (parking_lot's in normal builds).
+#[cfg(not(loom))]
+pub(crate) use parking_lot::Mutex;
+
+/// A mutex whose `lock` returns the guard (loom's, unwrapped: a model
+/// thread that panics fails the model anyway).
+#[cfg(loom)]
+#[derive(Debug)]
+pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+#[cfg(loom)]
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Mutex(loom::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// An `UnsafeCell` with loom's access API: every access goes through
 /// `with` / `with_mut`, which loom checks for data races.

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use super::inbox::{Producer, slot_of};
 use super::slot::{Frees, SlotRef};
-use super::sync::Ordering;
+use super::sync::{self, Ordering};
 use super::wheel::{Placed, Wheel};
 use super::{
     DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Job, Shared, TRANSFER_CAP, Timeout, nanos, run_task,
@@ -89,7 +89,7 @@ struct Worker {
     /// Timeouts taken back unseen (see `inbox.rs`), not yet counted out.
     unseen: u64,
     /// The producers, as of registry generation `generation`.
-    producers: Vec<Arc<Producer>>,
+    producers: Vec<sync::Arc<Producer>>,
     generation: u64,
     /// Timeouts this worker counted out; published in
     /// `Shared::removed_by_worker`.
@@ -104,29 +104,48 @@ pub(crate) fn run(shared: Arc<Shared>) -> Vec<Timeout> {
     let _ = shared.worker_id.set(thread::current().id());
     let start = nanos(shared.clock.now());
     shared.publish_start(start);
-    let mut worker = Worker {
-        wheel: Wheel::new(shared.wheel_len),
-        tick: 0,
-        start,
-        tick_ns: shared.tick_ns,
-        transferred: 0,
-        fired: Vec::new(),
-        batch: VecDeque::new(),
-        cancels: Vec::new(),
-        unseen: 0,
-        producers: Vec::new(),
-        generation: u64::MAX,
-        removed: 0,
-        shared,
-    };
+    let mut worker = Worker::new(shared, start);
     worker.run_loop();
-    let leftovers = worker.collect_leftovers();
-    let never_ran = worker.shared.cancel_all(leftovers);
-    worker.shared.parker.exit();
+    let parker = worker.shared.parker.clone();
+    let never_ran = worker.finish();
+    parker.exit();
     never_ran
 }
 
+/// The worker's exit alone, as `stop()` makes it happen, on a timer whose
+/// worker never ran (the loom models play the worker's exit on the
+/// calling model thread).
+#[cfg(all(test, loom))]
+pub(crate) fn exit_for_model(shared: Arc<Shared>) -> Vec<Timeout> {
+    Worker::new(shared, 0).finish()
+}
+
 impl Worker {
+    fn new(shared: Arc<Shared>, start: u64) -> Worker {
+        Worker {
+            wheel: Wheel::new(shared.wheel_len),
+            tick: 0,
+            start,
+            tick_ns: shared.tick_ns,
+            transferred: 0,
+            fired: Vec::new(),
+            batch: VecDeque::new(),
+            cancels: Vec::new(),
+            unseen: 0,
+            producers: Vec::new(),
+            generation: u64::MAX,
+            removed: 0,
+            shared,
+        }
+    }
+
+    /// The worker's exit: closes the rings and cancels every timeout that
+    /// never ran; returns those whose cancellation it won, for `stop()`.
+    fn finish(mut self) -> Vec<Timeout> {
+        let leftovers = self.collect_leftovers();
+        self.shared.cancel_all(leftovers)
+    }
+
     /// Due tick of a deadline: the tick that contains it.
     fn due_tick(start: u64, tick_ns: u64, deadline: u64) -> u64 {
         if deadline == NEVER {
@@ -275,7 +294,8 @@ impl Worker {
                     !unsafe { p.has_input() }
                 };
                 if gone {
-                    retired_added += p.added();
+                    // SAFETY: this is the worker thread.
+                    retired_added += unsafe { p.accepted() };
                 }
                 !gone
             });
@@ -445,7 +465,10 @@ impl Worker {
                 })
             };
             cancelled += u64::from(unseen);
-            retired_added += p.added();
+            // Not `added()`: a push racing the close may still count a
+            // timeout it is about to take back.
+            // SAFETY: this is the worker thread, and the ring is closed.
+            retired_added += unsafe { p.accepted() };
         }
         {
             let mut reg = self.shared.producers.lock();
