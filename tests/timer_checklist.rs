@@ -12,7 +12,7 @@
 use std::fs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -40,26 +40,6 @@ fn threads_named(name: &str) -> usize {
             .count()
     };
     (0..5).map(|_| scan()).max().unwrap_or(0)
-}
-
-fn subscriber_into(buf: &LogBuf) -> impl tracing::Subscriber + Send + Sync + 'static {
-    let buf = buf.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || buf.clone())
-        .with_ansi(false)
-        .finish()
-}
-
-/// The process-wide log, for events logged on worker threads. Installed once;
-/// tests share it, so they look for text only they produce.
-fn global_log() -> &'static LogBuf {
-    static LOG: OnceLock<LogBuf> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let buf = LogBuf::default();
-        tracing::subscriber::set_global_default(subscriber_into(&buf))
-            .expect("nothing else sets the global subscriber");
-        buf
-    })
 }
 
 fn is_invalid(result: &Result<HashedWheelTimer, TimerError>, arg: &str) -> bool {

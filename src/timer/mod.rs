@@ -84,7 +84,10 @@
 //!   something falls due (see above); Netty wakes every tick and walks the
 //!   whole bucket.
 //! * Tasks that panic are caught and logged with `tracing`; the worker goes
-//!   on. Netty's `TimerTask.cancelled()` callback and `Timeout.timer()` /
+//!   on. So are the other panics of user code on the worker thread: an
+//!   executor's `execute` or `end_of_tick`, and a task's `Drop` when the
+//!   worker drops it (a job the executor rejected, the timeouts `stop()`
+//!   cancels). Netty's `TimerTask.cancelled()` callback and `Timeout.timer()` /
 //!   `task()` accessors have no equivalent: a cancelled task is dropped
 //!   (implement `Drop` on what it captures to observe that).
 
@@ -162,6 +165,13 @@ static WARNED_TOO_MANY: AtomicBool = AtomicBool::new(false);
 /// a channel to one) and the worker only hands each expired [`Job`] over.
 ///
 /// Any `Fn(Job) + Send + Sync` closure is an executor that never rejects.
+///
+/// Both methods run on the worker thread. A panic in either is caught and
+/// logged (`tracing`, WARN), and the worker goes on: the job given to an
+/// `execute` that panicked is dropped as the panic unwinds, which drops its
+/// task (unless the executor kept the job), and the timeout stays expired.
+/// A job kept by an `end_of_tick` that panicked is the executor's, to run
+/// or drop later.
 pub trait Executor: Send + Sync + 'static {
     /// Runs `job` now or later, on any thread. Returning `Err(job)` rejects
     /// it: the timer logs a warning and drops the job, whose timeout stays
@@ -239,7 +249,14 @@ fn run_task(timeout: &Timeout) {
     // SAFETY: the worker made the timeout EXPIRED and hands its task to
     // exactly one runner: itself, or the job (which runs it once).
     let run = || unsafe { timeout.slot.run_task(timeout) };
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(run)) {
+    catch_logged("a timer task", Some(timeout.deadline()), run);
+}
+
+/// Runs user code on the worker thread (`who`: a task, its drop, the
+/// executor), catching a panic and logging it at WARN with the deadline of
+/// the timeout involved, if one is, so that the worker goes on.
+fn catch_logged(who: &str, deadline: Option<Duration>, f: impl FnOnce()) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
@@ -247,10 +264,23 @@ fn run_task(timeout: &Timeout) {
             .unwrap_or_else(|| "a non-string panic payload".to_owned());
         tracing::warn!(
             target: "redwheel::timer",
-            deadline = ?timeout.deadline(),
-            "a timer task panicked: {what}"
+            deadline = ?deadline,
+            "{who} panicked: {what}"
         );
     }
+}
+
+/// Drops a task the worker holds (a cancelled or refused timeout's),
+/// catching and logging a panic of its `Drop`.
+///
+/// # Safety
+/// As [`slot::SlotRef::drop_task`]: the caller owns the task.
+unsafe fn drop_task_logged(slot: SlotRef) {
+    let deadline = Some(slot.deadline_duration());
+    // SAFETY: forwarded.
+    catch_logged("a timer task's drop", deadline, || unsafe {
+        slot.drop_task()
+    });
 }
 
 /// Configures and builds a [`HashedWheelTimer`].
@@ -805,7 +835,8 @@ impl Shared {
             // collection, so no ring is involved: count them out here.
             if slot.try_cancel(0) {
                 // SAFETY: we made the move out of `INIT`: the task is ours.
-                unsafe { slot.drop_task() };
+                // A panic in its drop is caught: the others still go.
+                unsafe { drop_task_logged(slot) };
                 // The worker's reference becomes the returned handle.
                 never_ran.push(Timeout { slot });
             } else {

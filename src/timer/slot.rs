@@ -622,12 +622,28 @@ impl SlotRef {
             unsafe { self.free() };
             return;
         }
-        if self.state() == ST_INIT {
-            // SAFETY: the last reference to a never-claimed slot: the task
-            // is still here and ours.
-            unsafe { self.drop_task() };
-        }
+        // SAFETY: the last reference: the task, if still here, is ours.
+        let dropped = unsafe { self.drop_unclaimed_task() };
         frees.push(&owner.pool, self.0);
+        if let Err(panic) = dropped {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    /// Drops the task of a slot whose last reference is going, if it is
+    /// still there (state `INIT`: never claimed, e.g. a refused push). A
+    /// panic in its drop is returned, so that the caller returns the slot's
+    /// memory first and then resumes it.
+    ///
+    /// # Safety
+    /// No other reference remains.
+    unsafe fn drop_unclaimed_task(&self) -> std::thread::Result<()> {
+        if self.state() != ST_INIT {
+            return Ok(());
+        }
+        // SAFETY: state `INIT` means the task is in the slot; nobody else
+        // can reach it.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { self.drop_task() }))
     }
 
     /// Frees a slot nobody references any more.
@@ -635,12 +651,8 @@ impl SlotRef {
     /// # Safety
     /// No references remain.
     unsafe fn free(self) {
-        if self.state() == ST_INIT {
-            // Never claimed (a failed push): the task is still here.
-            // SAFETY: state `INIT` means the task is in the slot; nobody
-            // else can reach it.
-            unsafe { self.drop_task() };
-        }
+        // SAFETY: no references remain.
+        let dropped = unsafe { self.drop_unclaimed_task() };
         let owner = owner_of(self.0);
         // SAFETY: the producer outlives its pool's chunks, hence this slot.
         let owner = unsafe { &*owner };
@@ -654,6 +666,9 @@ impl SlotRef {
         }
         // SAFETY: the slot is dead and comes from the pool.
         unsafe { owner.pool.free(self.0, on_owner) };
+        if let Err(panic) = dropped {
+            std::panic::resume_unwind(panic);
+        }
     }
 
     /// `INIT → CANCELLED`, adding `extra_refs` references in the same step.
@@ -939,6 +954,28 @@ mod tests {
         keep[0].release();
         assert_eq!(Arc::strong_count(&p), 1, "released with the last slot");
         assert_eq!(t.dropped.load(O::SeqCst), 500);
+    }
+
+    #[test]
+    fn a_never_claimed_task_whose_drop_panics_still_gives_its_slot_back() {
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("a task's drop panicked");
+            }
+        }
+        let p = producer();
+        let bomb = Bomb;
+        let slot = new_slot(&p, 1, move |_| drop(bomb));
+        let released = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.release()));
+        assert!(released.is_err(), "the panic reaches the caller");
+        // SAFETY: this thread owns the pool.
+        unsafe { p.pool.close() };
+        assert_eq!(
+            Arc::strong_count(&p),
+            1,
+            "the slot came back, so the chunks went"
+        );
     }
 
     #[test]

@@ -36,12 +36,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use super::clock::Parker;
 use super::inbox::{Producer, slot_of};
 use super::slot::{Frees, SlotRef};
 use super::sync::{self, Ordering};
 use super::wheel::{Placed, Wheel};
 use super::{
-    DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Job, Shared, TRANSFER_CAP, Timeout, nanos, run_task,
+    DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Job, Shared, TRANSFER_CAP, Timeout, catch_logged,
+    drop_task_logged, nanos, run_task,
 };
 
 /// A timeout on its way to, or in, the wheel.
@@ -100,16 +102,22 @@ struct Worker {
 /// timeouts that never ran (neither expired nor cancelled) and returns
 /// those whose cancellation it won, for `stop()`.
 pub(crate) fn run(shared: Arc<Shared>) -> Vec<Timeout> {
+    /// Tells the clock the worker is gone however it leaves (a manual
+    /// clock would otherwise wait for it to settle).
+    struct Exit(Parker);
+    impl Drop for Exit {
+        fn drop(&mut self) {
+            self.0.exit();
+        }
+    }
+    let _exit = Exit(shared.parker.clone());
     shared.clock.attach(&shared.parker);
     let _ = shared.worker_id.set(thread::current().id());
     let start = nanos(shared.clock.now());
     shared.publish_start(start);
     let mut worker = Worker::new(shared, start);
     worker.run_loop();
-    let parker = worker.shared.parker.clone();
-    let never_ran = worker.finish();
-    parker.exit();
-    never_ran
+    worker.finish()
 }
 
 /// The worker's exit alone, as `stop()` makes it happen, on a timer whose
@@ -390,7 +398,7 @@ impl Worker {
                 );
                 if entry.try_cancel(0) {
                     // SAFETY: we made the move out of `INIT`.
-                    unsafe { entry.drop_task() };
+                    unsafe { drop_task_logged(entry) };
                     self.count_out(1);
                 }
                 entry.release();
@@ -424,7 +432,9 @@ impl Worker {
             },
         );
         if handed_over && let Some(executor) = &shared.executor {
-            executor.end_of_tick();
+            catch_logged("the executor's end_of_tick", None, || {
+                executor.end_of_tick()
+            });
         }
         let mut frees = Frees::new();
         for entry in self.fired.drain(..) {
@@ -530,13 +540,20 @@ fn fire(shared: &Shared, removed: &mut u64, slot: Pending) -> Fired {
             Fired::Here(slot)
         }
         Some(executor) => {
-            if let Err(job) = executor.execute(Job::new(Timeout { slot })) {
+            // A panic in `execute` is caught: the job, dropped as it
+            // unwinds, drops the task (or the executor kept it).
+            let deadline = Some(slot.deadline_duration());
+            let mut rejected = None;
+            catch_logged("the executor's execute", deadline, || {
+                rejected = executor.execute(Job::new(Timeout { slot })).err();
+            });
+            if let Some(job) = rejected {
                 tracing::warn!(
                     target: "redwheel::timer",
-                    deadline = ?job.timeout().deadline(),
+                    deadline = ?deadline,
                     "the executor rejected an expired timer task; it will not run"
                 );
-                drop(job);
+                catch_logged("a timer task's drop", deadline, || drop(job));
             }
             Fired::HandedOver
         }
