@@ -1164,3 +1164,26 @@ fn tick_lag_is_how_late_the_latest_tick_was_processed() -> TestResult {
     assert_eq!(timer.tick_lag(), ms(20));
     Ok(())
 }
+
+// HWT-W10 (1) at the source, on the real clock: a deadline is never earlier
+// than the timer's clock read before `new_timeout` plus the delay (so no
+// deadline is computed early, whatever the time-stamp counter does: the
+// deadline reads `Instant` itself). Compares clock readings only.
+#[test]
+fn a_deadline_on_the_system_clock_is_never_before_the_clock_read_before_the_call() -> TestResult {
+    let timer = HashedWheelTimer::builder().tick_duration(ms(1)).build()?;
+    let delay = Duration::from_secs(3600);
+    for i in 0..20_000u32 {
+        let before = timer.now();
+        let t = timer.new_timeout(delay, |_| {})?;
+        assert!(
+            t.deadline() >= before + delay,
+            "call {i}: deadline {:?} is before {:?} + {delay:?}",
+            t.deadline(),
+            before
+        );
+        t.cancel();
+    }
+    timer.stop()?;
+    Ok(())
+}

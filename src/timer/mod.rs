@@ -34,9 +34,8 @@
 //! in, `worker.rs` the tick loop; `sync.rs` swaps in loom's primitives for
 //! the model checks in `loom.rs`.
 //!
-//! The fast path, per `new_timeout`: one clock read (the time-stamp
-//! counter where it provably never runs behind the clock, see
-//! `clock::tsc`), a 40-byte slot taken from the calling thread's own pool
+//! The fast path, per `new_timeout`: one clock read (`Instant`), a
+//! 40-byte slot taken from the calling thread's own pool
 //! (no lock, no allocator call), and a push onto the calling thread's own
 //! ring, whose one read-modify-write also tells whether the worker sleeps.
 //! The handle is a pointer to the slot, whose one word holds both the
@@ -712,7 +711,7 @@ impl Shared {
             self.unreserve(1);
             return Err(e);
         }
-        let now = nanos(self.clock.now_for_deadline());
+        let now = nanos(self.clock.now());
         let delay = nanos(delay);
         let deadline = now.saturating_add(delay);
         let key = Arc::as_ptr(self).addr();
