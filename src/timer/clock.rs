@@ -316,3 +316,11 @@ impl sealed::Sealed for ManualClock {
         st.notified = false;
     }
 }
+
+/// A clock reading in nanoseconds (saturating; 584 years fit).
+pub(crate) fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
+}

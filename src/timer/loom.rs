@@ -29,15 +29,20 @@
 //!   another (no slot handed out after the close; chunks freed once).
 
 use std::ptr;
+use std::sync::Arc;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
-use std::sync::{Arc, Weak};
 
 use loom::thread;
 
-use super::inbox::{self, Entry, Producer, Pushed, SEG, thread_id};
-use super::slot::{self, Frees, SlotRef};
-use super::sync::{self, AtomicUsize, Ordering};
-use super::{ManualClock, Shared, Timeout, TimerError};
+use super::entry::SlotRef;
+use super::local;
+use super::pool::{Frees, Pool, release, release_into};
+use super::producer::Producer;
+use super::ring::{Entry, Pushed, Ring, SEG};
+use super::shared::{Shared, WORKER_SHUTDOWN, WORKER_STARTED};
+use super::sync::{self, Ordering};
+use super::test_support::{Tally, new_slot, producer, task};
+use super::{ManualClock, Timeout, TimerError};
 
 /// A fake ring entry (the ring never dereferences entries).
 fn entry(i: usize) -> Entry {
@@ -48,12 +53,12 @@ fn index(e: Entry) -> usize {
     e.addr() / 8 - 1
 }
 
-fn producer() -> sync::Arc<Producer> {
-    sync::Arc::new(Producer::new(Weak::new(), thread_id()))
+fn ring() -> Arc<Ring> {
+    Arc::new(Ring::new())
 }
 
 /// Claims (as the worker) and appends what it got; returns the unseen count.
-fn claim(p: &Producer, got: &mut Vec<usize>) -> u32 {
+fn claim(p: &Ring, got: &mut Vec<usize>) -> u32 {
     // SAFETY: the calling model thread plays the worker, the only one.
     unsafe { p.claim(|e| got.push(index(e))) }
 }
@@ -61,10 +66,10 @@ fn claim(p: &Producer, got: &mut Vec<usize>) -> u32 {
 #[test]
 fn pushes_and_claims_deliver_every_entry_once_in_order() {
     loom::model(|| {
-        let p = producer();
+        let p = ring();
         let n = SEG + 1; // crosses a segment boundary
         let worker = {
-            let p = sync::Arc::clone(&p);
+            let p = Arc::clone(&p);
             thread::spawn(move || {
                 let mut got = Vec::new();
                 claim(&p, &mut got);
@@ -86,9 +91,9 @@ fn pushes_and_claims_deliver_every_entry_once_in_order() {
 #[test]
 fn a_taken_back_entry_is_never_also_claimed_and_counts_once() {
     loom::model(|| {
-        let p = producer();
+        let p = ring();
         let worker = {
-            let p = sync::Arc::clone(&p);
+            let p = Arc::clone(&p);
             thread::spawn(move || {
                 let mut got = Vec::new();
                 let unseen = claim(&p, &mut got);
@@ -115,9 +120,9 @@ fn a_taken_back_entry_is_never_also_claimed_and_counts_once() {
 #[test]
 fn a_push_racing_the_arming_of_a_doze_never_misses_the_wake_up() {
     loom::model(|| {
-        let p = producer();
+        let p = ring();
         let worker = {
-            let p = sync::Arc::clone(&p);
+            let p = Arc::clone(&p);
             // SAFETY: this model thread plays the worker.
             thread::spawn(move || unsafe { p.arm() })
         };
@@ -140,9 +145,9 @@ fn a_push_racing_the_arming_of_a_doze_never_misses_the_wake_up() {
 #[test]
 fn a_push_racing_the_close_is_either_handed_over_or_refused() {
     loom::model(|| {
-        let p = producer();
+        let p = ring();
         let worker = {
-            let p = sync::Arc::clone(&p);
+            let p = Arc::clone(&p);
             thread::spawn(move || {
                 let mut got = Vec::new();
                 // SAFETY: this model thread plays the worker, at its exit.
@@ -166,37 +171,17 @@ fn a_push_racing_the_close_is_either_handed_over_or_refused() {
     });
 }
 
-/// Counts the runs and drops of a task.
-#[derive(Default)]
-struct Tally {
-    ran: AtomicUsize,
-    dropped: AtomicUsize,
-}
-
-struct Guard(Arc<Tally>);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        self.0.dropped.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 /// A fresh slot of `p` (owned by this model thread) with `refs` references
 /// and a task that counts into `tally`.
 fn slot_of(p: &sync::Arc<Producer>, refs: u32, tally: &Arc<Tally>) -> SlotRef {
-    let task = task(tally);
-    // SAFETY: this model thread owns `p`; the slot is fresh.
-    let slot = SlotRef(unsafe { p.pool.alloc(sync::Arc::as_ptr(p)) }.expect("an open pool"));
-    // SAFETY: as above.
-    unsafe { slot::init(slot.0, 0, refs, task) };
-    slot
+    new_slot(p, refs, task::<0>(tally))
 }
 
 /// Closes `p`'s pool (as its thread does on leaving) and checks that its
 /// chunks, hence every slot, were released.
 fn close_and_check_released(p: &sync::Arc<Producer>) {
     // SAFETY: the model's main thread owns the pool.
-    unsafe { p.pool.close() };
+    unsafe { Pool::close(&p.pool) };
     assert_eq!(
         sync::Arc::strong_count(p),
         1,
@@ -218,11 +203,10 @@ fn cancel_racing_expiry_has_one_winner_and_the_task_goes_exactly_once() {
                 let mut frees = Frees::new();
                 if slot.try_expire() {
                     expired.store(1, std::sync::atomic::Ordering::SeqCst);
-                    let handle = slot.borrowed_handle();
                     // SAFETY: this thread made the move to EXPIRED.
-                    unsafe { slot.run_task(&handle) };
+                    unsafe { slot.run_task() };
                 }
-                slot.release_into(&mut frees);
+                release_into(slot, &mut frees);
             })
         };
         // The handle's cancel: one more reference for its queued entry.
@@ -238,9 +222,9 @@ fn cancel_racing_expiry_has_one_winner_and_the_task_goes_exactly_once() {
             "cancelled {cancelled}, expired {expired}"
         );
         if cancelled {
-            slot.release(); // the worker processes the queued cancellation
+            release(slot); // the worker processes the queued cancellation
         }
-        slot.release(); // the handle
+        release(slot); // the handle
         assert_eq!(tally.ran.load(Ordering::SeqCst), usize::from(expired));
         assert_eq!(tally.dropped.load(Ordering::SeqCst), 1);
         close_and_check_released(&p);
@@ -253,8 +237,8 @@ fn the_last_two_references_dropped_at_once_free_the_slot_once() {
         let p = producer();
         let tally = Arc::new(Tally::default());
         let slot = slot_of(&p, 2, &tally);
-        let other = thread::spawn(move || slot.release());
-        slot.release();
+        let other = thread::spawn(move || release(slot));
+        release(slot);
         other.join().unwrap();
         assert_eq!(tally.dropped.load(Ordering::SeqCst), 1);
         assert_eq!(tally.ran.load(Ordering::SeqCst), 0);
@@ -270,23 +254,15 @@ fn started_timer() -> (super::HashedWheelTimer, Arc<Shared>) {
         .build()
         .expect("valid arguments");
     let shared = Arc::clone(&timer.handle.shared);
-    shared.state.store(super::WORKER_STARTED, Ordering::SeqCst);
+    shared.state.store(WORKER_STARTED, Ordering::SeqCst);
     shared.publish_start(0);
     (timer, shared)
 }
 
 /// `stop()`, as the stopping thread and the exiting worker do it.
 fn stop(shared: Arc<Shared>) -> Vec<Timeout> {
-    shared.state.store(super::WORKER_SHUTDOWN, Ordering::SeqCst);
+    shared.state.store(WORKER_SHUTDOWN, Ordering::SeqCst);
     super::worker::exit_for_model(shared)
-}
-
-/// A task that counts its run and its drop into `tally`.
-fn task(tally: &Arc<Tally>) -> impl FnOnce(&Timeout) + Send + 'static {
-    let guard = Guard(Arc::clone(tally));
-    move |_: &Timeout| {
-        guard.0.ran.fetch_add(1, Ordering::SeqCst);
-    }
 }
 
 #[test]
@@ -299,15 +275,15 @@ fn new_timeout_and_cancel_racing_stop_lose_nothing_and_free_everything() {
             thread::spawn(move || stop(shared))
         };
         let producer = {
-            let shared = Arc::clone(&shared);
-            let task = task(&tally);
+            let timer = timer.clone();
+            let task = task::<0>(&tally);
             thread::spawn(move || {
                 // The real `new_timeout`: the lookup (`mine`), which
                 // registers this thread's producer, the slot from its pool,
                 // the push; then the real `cancel`.
-                let scheduled = shared.new_timeout(std::time::Duration::ZERO, task);
+                let scheduled = timer.new_timeout(std::time::Duration::ZERO, task);
                 let cancelled = scheduled.as_ref().ok().map(Timeout::cancel);
-                inbox::leave_thread();
+                local::leave_thread();
                 (scheduled, cancelled)
             })
         };
@@ -347,13 +323,13 @@ fn a_lookup_racing_the_stop_of_the_cached_timer_frees_its_producer_once() {
         // meanwhile, and the thread's next lookup, for B, lets A's
         // producer go (or finds it still open and keeps it).
         let producer = {
-            let (a_shared, b_shared) = (Arc::clone(&a_shared), Arc::clone(&b_shared));
-            let (task_a, task_b) = (task(&tally), task(&tally));
+            let (a, b) = (a.clone(), b.clone());
+            let (task_a, task_b) = (task::<0>(&tally), task::<0>(&tally));
             thread::spawn(move || {
-                let on_a = a_shared.new_timeout(std::time::Duration::ZERO, task_a);
-                let on_b = b_shared.new_timeout(std::time::Duration::ZERO, task_b);
+                let on_a = a.new_timeout(std::time::Duration::ZERO, task_a);
+                let on_b = b.new_timeout(std::time::Duration::ZERO, task_b);
                 assert!(on_b.is_ok(), "B refused: {on_b:?}");
-                inbox::leave_thread();
+                local::leave_thread();
                 on_a.ok()
             })
         };
@@ -389,19 +365,18 @@ fn a_pool_closing_while_its_slots_are_cancelled_and_freed_elsewhere_frees_once()
                 // SAFETY: this thread made the move to CANCELLED.
                 unsafe { cancelled.drop_task() };
             }
-            cancelled.release();
+            release(cancelled);
             let mut frees = Frees::new();
             if expired.try_expire() {
-                let handle = expired.borrowed_handle();
                 // SAFETY: this thread made the move to EXPIRED.
-                unsafe { expired.run_task(&handle) };
+                unsafe { expired.run_task() };
             }
-            expired.release_into(&mut frees);
+            release_into(expired, &mut frees);
         });
         // SAFETY: this model thread owns the pool.
-        unsafe { p.pool.close() };
+        unsafe { Pool::close(&p.pool) };
         // SAFETY: as above.
-        assert!(unsafe { p.pool.alloc(sync::Arc::as_ptr(&p)) }.is_none());
+        assert!(unsafe { Producer::alloc(sync::Arc::as_ptr(&p)) }.is_none());
         other.join().unwrap();
         assert_eq!(tally.ran.load(Ordering::SeqCst), 1);
         assert_eq!(tally.dropped.load(Ordering::SeqCst), 2);

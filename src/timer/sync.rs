@@ -1,7 +1,8 @@
 //! The synchronisation primitives the timer's concurrent parts use: std
 //! and parking_lot in normal builds, loom's model-checked twins under
 //! `--cfg loom` (as tokio and crossbeam do), so that the loom tests
-//! (`loom.rs`) check the very code that runs.
+//! (`loom.rs`) check the very code that runs; and the calling thread's id
+//! (a thread-local, so loom's under loom too).
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
@@ -13,7 +14,7 @@ pub(crate) use loom::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
-/// The reference count of the producers (`inbox.rs`), which loom must see
+/// The reference count of the producers (`producer.rs`), which loom must see
 /// to order a producer's last drop after the worker's last use.
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
@@ -69,3 +70,35 @@ impl<T> UnsafeCell<T> {
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
+
+static NEXT_THREAD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+#[cfg(not(loom))]
+thread_local! {
+    static THREAD_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// Under loom, threads are the model's: their ids must be too.
+#[cfg(loom)]
+loom::thread_local! {
+    static THREAD_ID: std::cell::Cell<u64> = std::cell::Cell::new(0);
+}
+
+/// A unique id of the calling thread (never reused), cheaper to compare
+/// than `std::thread::ThreadId`; `u64::MAX` while the thread's locals are
+/// being destroyed.
+#[inline]
+pub(crate) fn thread_id() -> u64 {
+    let id = |id: &std::cell::Cell<u64>| {
+        let mut v = id.get();
+        if v == 0 {
+            v = NEXT_THREAD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            id.set(v);
+        }
+        v
+    };
+    #[cfg(not(loom))]
+    return THREAD_ID.try_with(id).unwrap_or(u64::MAX);
+    #[cfg(loom)]
+    return THREAD_ID.with(id);
+}

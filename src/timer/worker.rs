@@ -3,7 +3,7 @@
 //! # Ground rules
 //!
 //! * Only this thread touches the [`Wheel`]; producers reach it through
-//!   their rings (`inbox.rs`).
+//!   their rings (`ring.rs`, `producer.rs`).
 //! * Tick `t` is processed once the clock reads at least the end of `t`
 //!   (`start + (t+1)·tick`), so every timeout it fires has a deadline in the
 //!   past: nothing fires early.
@@ -36,15 +36,20 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use super::clock::Parker;
-use super::inbox::{Producer, slot_of};
-use super::slot::{Frees, SlotRef};
+use super::clock::{Parker, nanos};
+use super::entry::SlotRef;
+use super::pool::{Frees, release, release_into};
+use super::producer::Producer;
+use super::ring::slot_of;
+use super::shared::{DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Shared};
 use super::sync::{self, Ordering};
-use super::wheel::{Placed, Wheel};
-use super::{
-    DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Job, Shared, TRANSFER_CAP, Timeout, catch_logged,
-    drop_task_logged, nanos, run_task,
-};
+use super::task::{Job, borrowed_handle, catch_logged, drop_task_logged, run_task};
+use super::timeout::Timeout;
+use super::wheel::Wheel;
+
+/// Most timeouts the worker moves from the pending queue into buckets per
+/// tick, so that a producer adding in a tight loop cannot starve expiry.
+pub const TRANSFER_CAP: usize = 100_000;
 
 /// A timeout on its way to, or in, the wheel.
 pub(crate) type Pending = SlotRef;
@@ -55,20 +60,6 @@ const NEVER: u64 = u64::MAX;
 /// Capacity of the fired list kept between ticks; a larger one, left by a
 /// burst, is released.
 const FIRED_KEEP: usize = 4096;
-
-impl Placed for SlotRef {
-    fn pos(&self) -> u32 {
-        SlotRef::pos(self)
-    }
-
-    fn set_pos(&self, pos: u32) {
-        SlotRef::set_pos(self, pos)
-    }
-
-    fn same(&self, other: &Self) -> bool {
-        self == other
-    }
-}
 
 struct Worker {
     shared: Arc<Shared>,
@@ -88,7 +79,7 @@ struct Worker {
     batch: VecDeque<Pending>,
     /// Cancellations claimed and not yet counted out.
     cancels: Vec<Pending>,
-    /// Timeouts taken back unseen (see `inbox.rs`), not yet counted out.
+    /// Timeouts taken back unseen (see `ring.rs`), not yet counted out.
     unseen: u64,
     /// The producers, as of registry generation `generation`.
     producers: Vec<sync::Arc<Producer>>,
@@ -151,7 +142,7 @@ impl Worker {
     /// never ran; returns those whose cancellation it won, for `stop()`.
     fn finish(mut self) -> Vec<Timeout> {
         let leftovers = self.collect_leftovers();
-        self.shared.cancel_all(leftovers)
+        cancel_all(&self.shared, leftovers)
     }
 
     /// Due tick of a deadline: the tick that contains it.
@@ -206,7 +197,7 @@ impl Worker {
                 || !self.cancels.is_empty()
                 || self.unseen > 0
                 // SAFETY: this is the worker thread.
-                || self.producers.iter().any(|p| unsafe { p.has_input() });
+                || self.producers.iter().any(|p| unsafe { p.ring.has_input() });
             let next_due = self.wheel.next_due(self.tick).map(|t| t.max(self.tick));
             let wake_tick = if has_input || awake_through == Some(self.tick) {
                 Some(self.tick)
@@ -225,7 +216,7 @@ impl Worker {
                 shared.doze.store(DOZE_DOZING, Ordering::SeqCst);
                 raced = shared.generation.load(Ordering::SeqCst) != self.generation
                     // SAFETY: this is the worker thread.
-                    || !self.producers.iter().all(|p| unsafe { p.arm() });
+                    || !self.producers.iter().all(|p| unsafe { p.ring.arm() });
             }
             if !raced && !shared.is_shutdown() {
                 let deadline = wake_tick.and_then(|t| self.end_of(t));
@@ -236,7 +227,7 @@ impl Worker {
             let doze = shared.doze.swap(DOZE_AWAKE, Ordering::SeqCst);
             if dozing {
                 for p in &self.producers {
-                    p.disarm();
+                    p.ring.disarm();
                 }
                 // A producer or canceller that woke us did so at `woken_at`:
                 // what it pushed belongs to that tick, even if the clock
@@ -281,7 +272,7 @@ impl Worker {
             let orphaned = p.is_orphaned();
             // SAFETY: this is the worker thread.
             let unseen = unsafe {
-                p.claim(|entry| {
+                p.ring.claim(|entry| {
                     let (slot, cancel) = slot_of(entry);
                     if cancel {
                         cancels.push(slot);
@@ -299,11 +290,11 @@ impl Worker {
             reg.list.retain(|p| {
                 let gone = p.is_orphaned() && {
                     // SAFETY: this is the worker thread.
-                    !unsafe { p.has_input() }
+                    !unsafe { p.ring.has_input() }
                 };
                 if gone {
                     // SAFETY: this is the worker thread.
-                    retired_added += unsafe { p.accepted() };
+                    retired_added += unsafe { p.ring.accepted() };
                 }
                 !gone
             });
@@ -361,9 +352,9 @@ impl Worker {
             if let Some(placed) = self.wheel.remove(&slot, tick, |e| {
                 Self::due_tick(start, tick_ns, e.deadline())
             }) {
-                placed.release_into(&mut frees);
+                release_into(placed, &mut frees);
             }
-            slot.release_into(&mut frees);
+            release_into(slot, &mut frees);
         }
         drop(frees);
         if counted > 0 {
@@ -385,7 +376,7 @@ impl Worker {
             self.transferred += 1;
             if entry.is_cancelled() {
                 // Its cancellation, queued too, counts it out.
-                entry.release();
+                release(entry);
                 continue;
             }
             let due = Self::due_tick(self.start, self.tick_ns, entry.deadline());
@@ -401,7 +392,7 @@ impl Worker {
                     unsafe { drop_task_logged(entry) };
                     self.count_out(1);
                 }
-                entry.release();
+                release(entry);
             }
         }
         self.batch.is_empty()
@@ -438,7 +429,7 @@ impl Worker {
         }
         let mut frees = Frees::new();
         for entry in self.fired.drain(..) {
-            entry.release_into(&mut frees);
+            release_into(entry, &mut frees);
         }
         drop(frees);
         if self.fired.capacity() > FIRED_KEEP {
@@ -458,7 +449,7 @@ impl Worker {
         };
         let mut cancelled = std::mem::take(&mut self.unseen) + self.cancels.len() as u64;
         for slot in self.cancels.drain(..) {
-            slot.release();
+            release(slot);
         }
         let mut retired_added = 0;
         for p in &list {
@@ -468,7 +459,7 @@ impl Worker {
                     let (slot, cancel) = slot_of(entry);
                     if cancel {
                         cancelled += 1;
-                        slot.release();
+                        release(slot);
                     } else {
                         leftovers.push(slot);
                     }
@@ -478,7 +469,7 @@ impl Worker {
             // Not `added()`: a push racing the close may still count a
             // timeout it is about to take back.
             // SAFETY: this is the worker thread, and the ring is closed.
-            retired_added += unsafe { p.accepted() };
+            retired_added += unsafe { p.ring.accepted() };
         }
         {
             let mut reg = self.shared.producers.lock();
@@ -494,7 +485,7 @@ impl Worker {
         }
         leftovers.retain(|e| {
             if e.is_cancelled() {
-                e.release();
+                release(*e);
                 false
             } else {
                 true
@@ -535,7 +526,7 @@ fn fire(shared: &Shared, removed: &mut u64, slot: Pending) -> Fired {
     count_out(shared, removed, 1);
     match &shared.executor {
         None => {
-            let handle = slot.borrowed_handle();
+            let handle = borrowed_handle(slot);
             run_task(&handle);
             Fired::Here(slot)
         }
@@ -558,4 +549,27 @@ fn fire(shared: &Shared, removed: &mut u64, slot: Pending) -> Fired {
             Fired::HandedOver
         }
     }
+}
+
+/// Cancels the timeouts the worker collected at its exit and returns those
+/// whose cancellation succeeded (a concurrent user `cancel` may have won).
+/// They left the wheel and the rings with the final collection, so no ring
+/// is involved: they are counted out here.
+fn cancel_all(shared: &Shared, leftovers: Vec<Pending>) -> Vec<Timeout> {
+    let mut never_ran = Vec::with_capacity(leftovers.len());
+    let mut frees = Frees::new();
+    for slot in leftovers {
+        if slot.try_cancel(0) {
+            // SAFETY: we made the move out of `INIT`: the task is ours. A
+            // panic in its drop is caught: the others still go.
+            unsafe { drop_task_logged(slot) };
+            // The worker's reference becomes the returned handle.
+            never_ran.push(Timeout { slot });
+        } else {
+            release_into(slot, &mut frees);
+        }
+    }
+    drop(frees);
+    shared.count_out_elsewhere(never_ran.len() as u64);
+    never_ran
 }
