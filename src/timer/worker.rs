@@ -57,10 +57,6 @@ pub(crate) type Pending = SlotRef;
 /// Deadline meaning "never" (a delay that overflowed).
 const NEVER: u64 = u64::MAX;
 
-/// Capacity of the fired list kept between ticks; a larger one, left by a
-/// burst, is released.
-const FIRED_KEEP: usize = 4096;
-
 struct Worker {
     shared: Arc<Shared>,
     wheel: Wheel<Pending>,
@@ -72,9 +68,6 @@ struct Worker {
     /// Timeouts moved into buckets for the tick `tick` so far (the cap is
     /// per processed tick, including a transfer made on waking up).
     transferred: usize,
-    /// Fired timeouts, released once the whole bucket has fired: freeing
-    /// memory is kept off the path between one task and the next.
-    fired: Vec<Pending>,
     /// New timeouts claimed and not yet placed, in order.
     batch: VecDeque<Pending>,
     /// Cancellations claimed and not yet counted out.
@@ -127,7 +120,6 @@ impl Worker {
             start,
             tick_ns: shared.tick_ns,
             transferred: 0,
-            fired: Vec::new(),
             batch: VecDeque::new(),
             cancels: Vec::new(),
             unseen: 0,
@@ -402,13 +394,21 @@ impl Worker {
     #[inline(never)]
     fn expire(&mut self, now: u64) {
         let (start, tick_ns, tick) = (self.start, self.tick_ns, self.tick);
+        let tick_end = self.end_of(tick);
         let shared = &self.shared;
-        let fired = &mut self.fired;
         let removed = &mut self.removed;
         let mut handed_over = false;
+        // Each fired slot is released at once, while its memory is at hand
+        // (a second pass over a large bucket would fetch every slot again).
+        let mut frees = Frees::new();
         self.wheel.expire(
             tick,
             |e| Self::due_tick(start, tick_ns, e.deadline()),
+            |e| {
+                is_due(tick_end, e.deadline(), || {
+                    Self::due_tick(start, tick_ns, e.deadline()) <= tick
+                })
+            },
             |entry| {
                 debug_assert!(
                     entry.deadline() <= now,
@@ -416,24 +416,17 @@ impl Worker {
                     entry.deadline()
                 );
                 match fire(shared, removed, entry) {
-                    Fired::Here(done) => fired.push(done),
+                    Fired::Here(done) => release_into(done, &mut frees),
                     Fired::HandedOver => handed_over = true,
-                    Fired::No(entry) => fired.push(entry),
+                    Fired::No(entry) => release_into(entry, &mut frees),
                 }
             },
         );
+        drop(frees);
         if handed_over && let Some(executor) = &shared.executor {
             catch_logged("the executor's end_of_tick", None, || {
                 executor.end_of_tick()
             });
-        }
-        let mut frees = Frees::new();
-        for entry in self.fired.drain(..) {
-            release_into(entry, &mut frees);
-        }
-        drop(frees);
-        if self.fired.capacity() > FIRED_KEEP {
-            self.fired = Vec::new();
         }
     }
 
@@ -492,6 +485,18 @@ impl Worker {
             }
         });
         leftovers
+    }
+}
+
+/// Whether a deadline is due by the end of the tick that ends at
+/// `tick_end` (see `Worker::end_of`): `due_tick(deadline) <= tick` without
+/// the division, since the tick of a deadline is at most `tick` exactly when
+/// the deadline comes before that tick's end (`NEVER` never does: `tick_end`
+/// is below `u64::MAX`). `slow` answers for a tick that never ends.
+fn is_due(tick_end: Option<u64>, deadline: u64, slow: impl FnOnce() -> bool) -> bool {
+    match tick_end {
+        Some(end) => deadline < end,
+        None => slow(),
     }
 }
 
@@ -572,4 +577,41 @@ fn cancel_all(shared: &Shared, leftovers: Vec<Pending>) -> Vec<Timeout> {
     drop(frees);
     shared.count_out_elsewhere(never_ran.len() as u64);
     never_ran
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// `is_due` agrees with the due tick's division for every deadline
+    /// around the ends of a few ticks, with starts and tick lengths that do
+    /// and do not divide evenly, and for `NEVER`.
+    #[test]
+    fn is_due_agrees_with_the_due_tick() {
+        for start in [0u64, 7, 1_000_003] {
+            for tick_ns in [1u64, 3, 1_000_000] {
+                for tick in [0u64, 1, 2, 511, 512, 1_000] {
+                    let end = (tick + 1)
+                        .checked_mul(tick_ns)
+                        .and_then(|d| d.checked_add(start))
+                        .filter(|&e| e != u64::MAX);
+                    let around = end.unwrap_or(u64::MAX - 2);
+                    let deadlines = (around.saturating_sub(5)..around.saturating_add(5)).chain([
+                        0,
+                        start.saturating_sub(1),
+                        start,
+                        NEVER,
+                    ]);
+                    for deadline in deadlines {
+                        let exact = Worker::due_tick(start, tick_ns, deadline) <= tick;
+                        assert_eq!(
+                            is_due(end, deadline, || exact),
+                            exact,
+                            "start {start} tick_ns {tick_ns} tick {tick} deadline {deadline}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
