@@ -978,7 +978,7 @@ fn cancelled_timeout_stops_counting_by_the_next_tick_boundary() -> TestResult {
 }
 
 // HWT-P02, for timeouts cancelled before the worker took them from their
-// inbox: one among the last pushed there is taken out by `cancel` itself,
+// ring: one among the last pushed there is taken out by `cancel` itself,
 // one pushed longer ago goes through the cancelled list; both stay counted
 // until the next tick boundary, never run, and have their task dropped by
 // `cancel`.
@@ -1013,7 +1013,7 @@ fn timeouts_cancelled_while_queued_count_out_at_the_next_tick_boundary() -> Test
 }
 
 // HWT-P02 again, with the cancellations made by another thread while the
-// producer keeps scheduling into the same inbox: every cancelled timeout is
+// producer keeps scheduling into the same ring: every cancelled timeout is
 // counted out at the next tick boundary, never runs and has its task
 // dropped; the others all run.
 #[test]

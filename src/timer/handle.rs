@@ -365,7 +365,7 @@ fn start(shared: &Arc<Shared>) -> Result<(), TimerError> {
                 Ok(handle) => *shared.worker.lock() = Some(handle),
                 Err(e) => {
                     shared.state.store(WORKER_SHUTDOWN, Ordering::SeqCst);
-                    shared.close_inboxes();
+                    shared.close_registry();
                     shared.uncount();
                     shared.publish_start(0);
                     return Err(TimerError::Spawn(e));
@@ -445,7 +445,7 @@ fn shutdown(shared: &Shared) -> Result<Vec<Timeout>, TimerError> {
     match shared.state.swap(WORKER_SHUTDOWN, Ordering::SeqCst) {
         WORKER_SHUTDOWN => return Ok(Vec::new()),
         WORKER_INIT => {
-            shared.close_inboxes();
+            shared.close_registry();
             shared.uncount();
             shared.publish_start(0);
             return Ok(Vec::new());

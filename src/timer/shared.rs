@@ -162,7 +162,7 @@ impl Shared {
 
     /// Closes the registry of a timer whose worker never ran: no producer
     /// can join it any more (none has: producers register after `start`).
-    pub(crate) fn close_inboxes(&self) {
+    pub(crate) fn close_registry(&self) {
         self.producers.lock().closed = true;
     }
 
