@@ -176,13 +176,24 @@ impl<T: Codec> Queue<T> {
     }
 
     /// A message whose stored value does not decode: kept as a dead letter
-    /// (with the reason), and the error naming it.
-    pub(crate) fn dead_on_arrival(&self, id: &str, stored: &[u8], cause: CodecError) -> Error {
-        let parked = self.park(id, stored, &cause.to_string());
-        let what = if parked {
-            "could not decode a message; it is kept as a dead letter"
-        } else {
-            "could not decode a message, and parking it as a dead letter failed"
+    /// (with the reason), and the error naming it. `token`: the claim that
+    /// handed it out (`None` after a take).
+    pub(crate) fn dead_on_arrival(
+        &self,
+        id: &str,
+        stored: &[u8],
+        token: Option<&str>,
+        cause: CodecError,
+    ) -> Error {
+        let what = match self.park(id, stored, token, &cause.to_string()) {
+            Parked::Yes => "could not decode a message; it is kept as a dead letter",
+            Parked::NotOurs if token.is_some() => {
+                "could not decode a message; it was not parked: this claim of it is no longer current"
+            }
+            Parked::NotOurs => {
+                "could not decode a message; it was not parked: its id was offered again meanwhile"
+            }
+            Parked::Failed => "could not decode a message, and parking it as a dead letter failed",
         };
         self.tag(
             Error::new(ErrorKind::Decode, what)
@@ -191,8 +202,9 @@ impl<T: Codec> Queue<T> {
         )
     }
 
-    /// Puts an undecodable message in the dead letters; true if it was.
-    fn park(&self, id: &str, value: &[u8], reason: &str) -> bool {
+    /// Puts an undecodable message in the dead letters, if it is still
+    /// this claim's (`token`) or, after a take, its id is still free.
+    fn park(&self, id: &str, value: &[u8], token: Option<&str>, reason: &str) -> Parked {
         let keys = &self.state.keys;
         let _span = telemetry::queue_op("park", &self.state.name, 1);
         let parked = self.rt().run(&keys.msg, Access::Write, |con| {
@@ -205,10 +217,11 @@ impl<T: Codec> Queue<T> {
                 .arg(id)
                 .arg(value)
                 .arg(format!("could not decode: {reason}"))
+                .arg(token.unwrap_or(""))
                 .invoke::<i64>(con)
         });
         match parked {
-            Ok(_) => {
+            Ok(1) => {
                 self.state.metrics.dead_lettered.add(1);
                 tracing::warn!(
                     target: "redwheel::queue",
@@ -216,7 +229,16 @@ impl<T: Codec> Queue<T> {
                     id,
                     "a message could not be decoded; parked as a dead letter"
                 );
-                true
+                Parked::Yes
+            }
+            Ok(_) => {
+                tracing::warn!(
+                    target: "redwheel::queue",
+                    queue = %self.state.name,
+                    id,
+                    "a message could not be decoded; not parked: it is no longer this consumer's"
+                );
+                Parked::NotOurs
             }
             Err(e) => {
                 tracing::error!(
@@ -224,10 +246,21 @@ impl<T: Codec> Queue<T> {
                     queue = %self.state.name,
                     id,
                     error = %e,
-                    "a message could not be decoded, and parking it failed: it is lost"
+                    "a message could not be decoded, and parking it failed (after a take it is lost; a claim of it comes back when its visibility ends)"
                 );
-                false
+                Parked::Failed
             }
         }
     }
+}
+
+/// What became of an undecodable message.
+enum Parked {
+    /// It is a dead letter now.
+    Yes,
+    /// Not ours to park: another claim holds it, or (after a take) its id
+    /// was offered again.
+    NotOurs,
+    /// Redis failed.
+    Failed,
 }

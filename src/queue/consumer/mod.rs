@@ -75,7 +75,8 @@ impl fmt::Debug for Consumer {
 type Release = Box<dyn Fn(&[Running]) + Send + Sync>;
 
 impl Consumer {
-    /// Messages acked so far.
+    /// Messages acked so far (an ack that found its message gone, removed
+    /// meanwhile, is not counted).
     pub fn handled(&self) -> u64 {
         self.inner.handled.load(Ordering::Relaxed)
     }
