@@ -46,7 +46,7 @@ pub(crate) mod test_hooks;
 pub(crate) use self::backoff::Backoff;
 pub(crate) use self::conn::Conn;
 pub use self::driver::DriverStats;
-pub(crate) use self::driver::{Commands, Deadline, Job, Next};
+pub(crate) use self::driver::{Commands, Deadline, Job, Next, Replies};
 pub(crate) use self::keyslot::slot;
 pub(crate) use self::names::{MAX_TAG_NAME_LEN, random_u64, validate_tag_name};
 pub use self::options::RedwheelOptions;

@@ -28,6 +28,11 @@ struct Wire {
     connects: AtomicU64,
     /// Routes whose next command gets a `NOSCRIPT` error reply.
     noscript: Mutex<Vec<String>>,
+    /// Every command gets a `NOSCRIPT` error reply (a server that never
+    /// keeps the script).
+    always_noscript: AtomicBool,
+    /// Loading a script fails with this error kind.
+    load_fails: Mutex<Option<ErrorKind>>,
     loaded: AtomicU64,
     /// Told after each round, if set.
     rounds_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
@@ -92,20 +97,31 @@ impl Transport for FakeTransport {
         let mut noscript = self.wire.noscript.lock();
         Ok(routes
             .iter()
-            .map(|r| match noscript.iter().position(|n| n == r) {
-                Some(i) => {
+            .map(|r| {
+                let listed = noscript.iter().position(|n| n == r);
+                if let Some(i) = listed {
                     noscript.remove(i);
+                }
+                if listed.is_some() || self.wire.always_noscript.load(Ordering::SeqCst) {
                     redis::parse_redis_value(b"-NOSCRIPT No matching script.\r\n")
                         .expect("an error reply parses")
+                } else {
+                    Value::Okay
                 }
-                None => Value::Okay,
             })
             .collect())
     }
 
-    fn load_script(&mut self, _script: &Script) -> Result<(), Error> {
+    fn server_of(&self, _command: usize) -> Option<usize> {
+        Some(0)
+    }
+
+    fn load_script(&mut self, _script: &Script, _server: usize) -> Result<(), Error> {
         self.wire.loaded.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        match *self.wire.load_fails.lock() {
+            Some(kind) => Err(Error::new(kind, "fake: the load was refused")),
+            None => Ok(()),
+        }
     }
 
     fn connects(&self) -> u64 {
@@ -488,6 +504,62 @@ fn a_noscript_reply_loads_the_job_scripts_and_runs_it_again() {
     assert_eq!(rig.wire.loaded.load(Ordering::SeqCst), 1);
     assert_eq!(rig.wire.runs_of("a").len(), 2);
     assert_eq!(rig.driver.stats().job_failures, 0);
+}
+
+/// A script that cannot be loaded (an ACL user without `script|load`)
+/// must not have the job run again and again at once: it backs off on the
+/// job schedule, and the error says which permission is missing.
+#[test]
+fn a_noscript_whose_script_cannot_be_loaded_backs_off_instead_of_spinning() {
+    let rig = Rig::new();
+    rig.wire.always_noscript.store(true, Ordering::SeqCst);
+    *rig.wire.load_fails.lock() = Some(ErrorKind::PermissionDenied);
+    rig.register(job("a", Next::Idle), Deadline::Now, None);
+    for _ in 0..5 {
+        rig.driver.settle();
+    }
+    assert_eq!(
+        rig.wire.runs_of("a").len(),
+        1,
+        "no new round before the backoff"
+    );
+    assert_eq!(rig.wire.loaded.load(Ordering::SeqCst), 1);
+    assert_eq!(rig.driver.stats().job_failures, 1);
+    // The job backoff (100 ms here), not the reconnect one (10 ms): a
+    // refused load will not mend itself soon.
+    rig.advance(ms(99));
+    assert_eq!(rig.wire.runs_of("a").len(), 1);
+    rig.advance(ms(2));
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    rig.advance(ms(150));
+    assert_eq!(rig.wire.runs_of("a").len(), 2, "then 200 ms");
+    rig.advance(ms(60));
+    assert_eq!(rig.wire.runs_of("a").len(), 3);
+}
+
+/// A script that is missing again right after it was loaded (a node the
+/// load did not reach, a server that keeps losing it) runs the job once
+/// more at once, then backs off.
+#[test]
+fn a_script_missing_again_right_after_its_load_backs_off() {
+    let rig = Rig::new();
+    rig.wire.always_noscript.store(true, Ordering::SeqCst);
+    rig.register(job("a", Next::Idle), Deadline::Now, None);
+    for _ in 0..5 {
+        rig.driver.settle();
+    }
+    assert_eq!(rig.wire.runs_of("a").len(), 2, "loaded, and run again once");
+    assert_eq!(rig.wire.loaded.load(Ordering::SeqCst), 2);
+    assert_eq!(rig.driver.stats().job_failures, 1);
+    rig.advance(ms(99));
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    rig.advance(ms(2));
+    assert_eq!(rig.wire.runs_of("a").len(), 3);
+    // The server keeps the script again: back on the job's own schedule.
+    rig.wire.always_noscript.store(false, Ordering::SeqCst);
+    rig.advance(ms(200));
+    rig.advance(ms(200));
+    assert_eq!(rig.wire.runs_of("a").len(), 4);
 }
 
 #[test]
