@@ -156,3 +156,144 @@ fn a_master_stopped_for_two_leases_loses_no_lock_held_on_the_other_masters() {
     }
     rw.shutdown(Duration::from_secs(10)).unwrap();
 }
+
+/// A read of `key` on the replica at `port` (`READONLY` first).
+fn read_on_replica(port: u16, key: &str) -> Option<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    redis::cmd("READONLY").query::<()>(&mut con).unwrap();
+    redis::cmd("GET").arg(key).query(&mut con).unwrap()
+}
+
+/// Issue 18, item 10. A token is `max(last + 1, server TIME in µs)`: after
+/// a failover to a replica that missed the last grant, tokens kept
+/// increasing only through the clocks. With `wait_replicas`, a grant is
+/// returned only once a replica holds it, so tokens increase across a
+/// failover whatever the clocks say. Here the counter is set far beyond
+/// any clock (so the time term cannot help), the master is killed right
+/// after a grant, and on the promoted replica the lock is still held and
+/// the next tokens are greater; a grant that no replica confirms (the
+/// promoted master has none yet) is refused and the lock released.
+#[test]
+fn with_wait_replicas_tokens_increase_across_a_failover_right_after_a_grant_without_the_clocks() {
+    let mut cluster = RedisCluster::start();
+    let (a, b) = (cluster.connect(), cluster.connect());
+    let name = "fenced";
+    let fence = format!("redwheel:lock:{{{name}}}:fence");
+    let master = master_of_lock(&cluster, name);
+    let replica = cluster.replica_of(master);
+    // Far beyond the clocks' µs (about 1.8e15 in 2026): only the counter
+    // makes tokens increase now.
+    let far: u64 = 8_000_000_000_000_000;
+    cluster.node(master).cmd(&["SET", &fence, &far.to_string()]);
+    let wait = Duration::from_secs(2);
+    let lease = Duration::from_secs(10);
+    let lock = |rw: &redwheel::Redwheel| rw.lock(name).watchdog_lease(lease).wait_replicas(1, wait);
+
+    let g1 = lock(&a).lock().unwrap();
+    let t1 = g1.fencing_token();
+    assert_eq!(t1, far + 1, "the counter decides, not the clock");
+    // Returned only once the replica had it.
+    let on_replica: u64 = read_on_replica(replica, &fence).unwrap().parse().unwrap();
+    assert!(on_replica >= t1, "{on_replica} < {t1}");
+    g1.unlock().unwrap();
+    let g2 = lock(&a).lock().unwrap();
+    let t2 = g2.fencing_token();
+    assert!(t2 > t1);
+
+    // A failover right after the grant.
+    cluster.kill(master);
+    cluster.wait_failover(master, HANG);
+    assert_eq!(
+        master_of_lock(&cluster, name),
+        replica,
+        "the replica took over"
+    );
+
+    // The grant survived: nobody else gets the lock from the failover.
+    let other = within(HANG, {
+        let b = b.clone();
+        move || {
+            b.lock(name)
+                .try_lock(Duration::ZERO)
+                .unwrap()
+                .map(|g| g.fencing_token())
+        }
+    });
+    assert_eq!(other, None, "the lock is still held on the new master");
+    assert!(!g2.is_lost());
+    g2.unlock().unwrap();
+
+    // The new master has no replica yet: a grant cannot be confirmed, so
+    // it is refused and the lock released (its token is used up).
+    let err = lock(&b).try_lock(Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotReplicated, "{err}");
+    assert!(err.is_transient());
+    let new_master = cluster.node(replica);
+    assert_eq!(
+        new_master.int(&["EXISTS", &format!("redwheel:lock:{{{name}}}")]),
+        0,
+        "released"
+    );
+    let counter: u64 = new_master
+        .cmd(&["GET", &fence])
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(counter > t2, "{counter} <= {t2}");
+
+    // The old master is back as a replica: grants are confirmed again, and
+    // every token is greater than those before the failover.
+    cluster.restart(master);
+    cluster.wait_replicas_in_sync(HANG);
+    let g3 = within(HANG, {
+        let b = b.clone();
+        move || {
+            let g = b
+                .lock(name)
+                .watchdog_lease(lease)
+                .wait_replicas(1, wait)
+                .try_lock(HANG)
+                .unwrap()
+                .expect("granted once a replica confirms");
+            let t = g.fencing_token();
+            g.unlock().unwrap();
+            t
+        }
+    });
+    assert!(g3 > counter, "{g3} <= {counter}");
+    a.shutdown(Duration::from_secs(10)).unwrap();
+    b.shutdown(Duration::from_secs(10)).unwrap();
+}
+
+/// `wait_replicas` that cannot work is refused before anything is sent.
+#[test]
+fn wait_replicas_out_of_range_is_an_invalid_option() {
+    let server = support::RedisServer::start();
+    let rw = server.connect();
+    for (n, ms) in [(0, 100), (1, 0), (1, 5_000), (1, 61_000)] {
+        let err = rw
+            .lock("bad")
+            .wait_replicas(n, Duration::from_millis(ms))
+            .try_lock(Duration::ZERO)
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidOption, "{n} {ms}: {err}");
+    }
+    assert!(!rw.lock("bad").is_locked().unwrap());
+    // On a server with no replica, a grant is refused and released.
+    let err = rw
+        .lock("alone")
+        .wait_replicas(1, Duration::from_millis(50))
+        .try_lock(Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotReplicated, "{err}");
+    assert!(
+        err.to_string().contains("only 0 of the 1 replicas"),
+        "{err}"
+    );
+    assert!(!rw.lock("alone").is_locked().unwrap());
+}
