@@ -7,9 +7,9 @@
 //! "gone": the second marks the hold lost. Each hold's reply is applied on
 //! its own: a renewal that failed (its master unreachable, an error reply)
 //! holds up no other hold's, and the job is run again by the driver after
-//! a backoff for the holds that were not confirmed. A hold renewed less
-//! than half a period ago is left out of a round, so those retries do not
-//! renew the healthy holds again each time. While renewals fail, a hold
+//! a backoff for the holds that were not confirmed. Such a retry leaves out
+//! the holds renewed less than half a period ago, so it does not renew the
+//! healthy holds again each time. While renewals fail, a hold
 //! whose lease may have run out (no renewal confirmed within one lease of
 //! the last one's sending) is marked lost without waiting for Redis.
 //!
@@ -20,7 +20,7 @@
 //! lock nor outlive an unlock, and the renew script's owner and token
 //! check means it never extends a lock that changed hands.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -37,6 +37,9 @@ use crate::scripts;
 /// The driver job of a [`RenewalGroup`].
 pub(crate) struct RenewalJob {
     group: Arc<RenewalGroup>,
+    /// The last round left some holds unconfirmed (their master did not
+    /// answer): the driver runs the job again soon, for those.
+    retrying: AtomicBool,
     /// The holds of the round on the wire, with their membership epoch,
     /// and when it was sent.
     inflight: Mutex<(u64, Vec<Sent>)>,
@@ -46,6 +49,7 @@ impl RenewalJob {
     pub(crate) fn new(group: Arc<RenewalGroup>) -> RenewalJob {
         RenewalJob {
             group,
+            retrying: AtomicBool::new(false),
             inflight: Mutex::new((0, Vec::new())),
         }
     }
@@ -79,8 +83,13 @@ impl Job for RenewalJob {
     fn commands(&self, out: &mut Commands) {
         let group = &self.group;
         let sent = now_ns();
-        // Renewed this recently: left for the next round.
-        let fresh = ns(group.period()) / 2;
+        // A retry after some renewals failed leaves out the holds renewed
+        // this recently (half a period): they were confirmed already.
+        let fresh = if self.retrying.load(Ordering::Acquire) {
+            ns(group.period()) / 2
+        } else {
+            0
+        };
         let mut expired = Vec::new();
         let mut inflight = Vec::new();
         {
@@ -175,6 +184,7 @@ impl Job for RenewalJob {
         counters.renewals.fetch_add(renewed, Ordering::Relaxed);
         group.ctx.metrics.renewals.add(renewed);
         tracing::trace!(target: "redwheel::lock", lease_ms = group.lease.as_millis() as u64, renewed, "lock renewal round");
+        self.retrying.store(failed.is_some(), Ordering::Release);
         if let Some(e) = failed {
             return Err(e);
         }
