@@ -7,10 +7,10 @@ mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redwheel::{ErrorKind, LockGuard, LostCause};
-use support::cluster::RedisCluster;
+use support::cluster::{RedisCluster, wait_until};
 use support::within;
 
 const HANG: Duration = Duration::from_secs(180);
@@ -23,15 +23,6 @@ fn lock_key(name: &str) -> String {
 /// The master serving lock `name`, as Redis reports it (`CLUSTER KEYSLOT`).
 fn master_of_lock(cluster: &RedisCluster, name: &str) -> u16 {
     cluster.master_of_slot(cluster.keyslot(&lock_key(name)))
-}
-
-/// Waits (polling, with a hang guard) until `done` holds.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let give_up = Instant::now() + HANG;
-    while !done() {
-        assert!(Instant::now() < give_up, "hang guard: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Issue 18, item 7. One renewal group (one driver job) renews the locks
@@ -76,7 +67,7 @@ fn a_master_stopped_for_two_leases_loses_no_lock_held_on_the_other_masters() {
     // Running as in production: every hold renewed once, so the driver
     // is connected to every master when one of them stops.
     let renewals = rw.lock_stats().renewals;
-    wait_until("a first renewal of every hold", || {
+    wait_until("a first renewal of every hold", HANG, || {
         rw.lock_stats().renewals >= renewals + names.len() as u64
     });
     cluster.node(stopped).signal("STOP");
@@ -106,7 +97,7 @@ fn a_master_stopped_for_two_leases_loses_no_lock_held_on_the_other_masters() {
     });
     assert!(back_guard > 0);
     let rounds = rw.lock_stats().renewal_rounds;
-    wait_until("renewals after the stop", || {
+    wait_until("renewals after the stop", HANG, || {
         rw.lock_stats().renewal_rounds >= rounds + 6
     });
 

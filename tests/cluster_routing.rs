@@ -7,10 +7,10 @@ mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redwheel::{Redwheel, RedwheelOptions};
-use support::cluster::RedisCluster;
+use support::cluster::{RedisCluster, wait_until};
 use support::within;
 
 const HANG: Duration = Duration::from_secs(180);
@@ -34,15 +34,6 @@ fn connect(cluster: &RedisCluster, options: RedwheelOptions) -> Redwheel {
     let urls = cluster.urls_as(USER, PASSWORD);
     let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
     Redwheel::connect_cluster_with(&seeds, options).unwrap()
-}
-
-/// Waits (polling, with a hang guard) until `done` holds.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let give_up = Instant::now() + HANG;
-    while !done() {
-        assert!(Instant::now() < give_up, "hang guard: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Issue 18, item 8. A `MOVED` used to wait for a slot-map refresh, and a
@@ -104,7 +95,7 @@ fn a_slot_migrated_under_load_fails_no_call_even_with_no_slot_map_to_read() {
             })
         })
         .collect();
-    wait_until("load before the move", || {
+    wait_until("load before the move", HANG, || {
         calls.load(Ordering::SeqCst) >= 50
     });
     cluster.migrate_slot(slot, from, to, 10, || {
@@ -113,7 +104,7 @@ fn a_slot_migrated_under_load_fails_no_call_even_with_no_slot_map_to_read() {
     assert_eq!(cluster.master_of_slot(slot), to, "the slot moved");
     // Calls go on after the move, every one of them redirected at first.
     let after = calls.load(Ordering::SeqCst);
-    wait_until("load after the move", || {
+    wait_until("load after the move", HANG, || {
         calls.load(Ordering::SeqCst) >= after + 200
     });
     stop.store(true, Ordering::SeqCst);

@@ -387,6 +387,16 @@ impl Drop for RedisCluster {
     }
 }
 
+/// Polls `done` every 10 ms until it holds; panics naming `what` after
+/// `limit` (a hang guard for cluster tests, not a timing claim).
+pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let give_up = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < give_up, "hang guard: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// One command, or `None` if the node is down or answers an error.
 fn try_cmd(node: &RedisServer, args: &[&str]) -> Option<String> {
     if !node.is_running() {
