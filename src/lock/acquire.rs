@@ -110,6 +110,10 @@ impl Lock {
         let st = self.valid_state()?;
         let reg = self.registry()?;
         let rt = self.rt();
+        if let Some(w) = &self.wait_replicas {
+            w.check("wait_replicas", rt.options.command_timeout)
+                .map_err(|e| self.wrap(e, "cannot take the lock"))?;
+        }
         let deadline = wait.map(|w| Instant::now().checked_add(w).unwrap_or_else(far_future));
         let counters = &reg.ctx.counters;
         st.waiters.enter(counters);
@@ -206,23 +210,33 @@ impl Lock {
             .fetch_add(1, Ordering::Relaxed);
         let sent = now_ns();
         let span = telemetry::lock_op("lock_acquire", &st.name);
-        let reply: Result<Vec<i64>, Error> = self.rt().run(&st.keys.lock, Access::Write, |con| {
-            scripts::LOCK_ACQUIRE
-                .key(&st.keys.lock)
-                .key(&st.keys.fence)
-                .arg(&owner)
-                .arg(lease.as_millis() as u64)
-                .arg(token_arg)
-                .arg(new_count)
-                .invoke(con)
-        });
+        // With `wait_replicas`, a fresh grant is followed by `WAIT` on the
+        // same connection; its answer (or failure) is kept apart, so the
+        // grant is known either way and can be released.
+        type Replicated = Option<redis::RedisResult<i64>>;
+        let reply: Result<(Vec<i64>, Replicated), Error> =
+            self.rt().run(&st.keys.lock, Access::Write, |con| {
+                let r: Vec<i64> = scripts::LOCK_ACQUIRE
+                    .key(&st.keys.lock)
+                    .key(&st.keys.fence)
+                    .arg(&owner)
+                    .arg(lease.as_millis() as u64)
+                    .arg(token_arg)
+                    .arg(new_count)
+                    .invoke(con)?;
+                let acked = match (&self.wait_replicas, r.as_slice()) {
+                    (Some(w), [1, _, 1]) => Some(w.wait(con)),
+                    _ => None,
+                };
+                Ok((r, acked))
+            });
         drop(span);
         let undo_join = |hold: &Hold| {
             if let Some(g) = &joined {
                 g.leave(hold);
             }
         };
-        let reply = match reply {
+        let (reply, acked) = match reply {
             Ok(r) => r,
             Err(e) => {
                 undo_join(&hold);
@@ -282,16 +296,29 @@ impl Lock {
                         );
                     }
                 }
-                reg.ctx.counters.acquired.fetch_add(1, Ordering::Relaxed);
-                reg.ctx.metrics.acquired.add(1);
-                Ok(AcquireOutcome::Granted(LockGuard {
+                let guard = LockGuard {
                     lock: self.clone(),
                     hold: guard_hold,
                     watchdog,
                     tid,
                     released: false,
                     _not_send: PhantomData,
-                }))
+                };
+                if let (Some(w), Some(acked)) = (&self.wait_replicas, acked) {
+                    let confirmed = acked
+                        .map_err(|e| Error::from_redis(e, Access::Read))
+                        .and_then(|n| w.confirmed(n, &format!("granted (fencing token {token})")));
+                    if let Err(e) = confirmed {
+                        // Refused: not handed out, and released at once.
+                        if let Err(unlock) = guard.unlock() {
+                            tracing::warn!(target: "redwheel::lock", lock = %self.name, error = %unlock, "could not release a grant its replicas did not confirm; it lapses at the end of its lease");
+                        }
+                        return Err(self.wrap(e, "the grant was refused and the lock released"));
+                    }
+                }
+                reg.ctx.counters.acquired.fetch_add(1, Ordering::Relaxed);
+                reg.ctx.metrics.acquired.add(1);
+                Ok(AcquireOutcome::Granted(guard))
             }
             [0, pttl] => {
                 undo_join(&hold);

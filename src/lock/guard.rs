@@ -48,8 +48,11 @@ impl LockGuard {
 
     /// The fencing token of this acquisition: strictly greater than every
     /// earlier acquisition's of the same lock name (a re-entry shares its
-    /// hold's token). Give it to the store you write to, so it can reject
-    /// writes from a holder whose lease was lost.
+    /// hold's token); across a restart without persistence or a failover,
+    /// as the [module docs](crate::lock) say, which
+    /// [`Lock::wait_replicas`](crate::Lock::wait_replicas) makes hold
+    /// without relying on clocks. Give it to the store you write to, so it
+    /// can reject writes from a holder whose lease was lost.
     ///
     /// ```no_run
     /// use redwheel::Redwheel;

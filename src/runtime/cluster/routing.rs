@@ -1,7 +1,7 @@
 //! Running one command (or script) on the master that serves its slot:
-//! following `MOVED` and `ASK`, waiting out `TRYAGAIN`, `CLUSTERDOWN` and a
-//! failover within the command timeout, never resending a command that
-//! may have been applied.
+//! following `MOVED` (to the master it names, at once) and `ASK`, waiting
+//! out `TRYAGAIN`, `CLUSTERDOWN` and a failover within the command
+//! timeout, never resending a command that may have been applied.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,17 +10,19 @@ use super::slot_map::{Cluster, Node};
 use crate::error::{Access, Error};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::conn::Conn;
+use crate::runtime::keyslot::slot;
 use crate::runtime::pool::TryRunError;
 
 /// Most redirects one command follows.
 const MAX_REDIRECTS: usize = 16;
 impl Cluster {
     /// Runs `f` on a connection to the master serving `route`'s slot,
-    /// following `MOVED` (after learning the new map) and `ASK` (with
-    /// `ASKING`), and waiting out `TRYAGAIN`, `CLUSTERDOWN` and an
-    /// unreachable master (a failover) on the reconnect backoff, within
-    /// `command_timeout` in all. A command that may have been applied is
-    /// never retried.
+    /// following `MOVED` (to the master it names, which serves the slot
+    /// from then on; the rest of the map is refreshed in the background)
+    /// and `ASK` (with `ASKING`), and waiting out `TRYAGAIN`, `CLUSTERDOWN`
+    /// and an unreachable master (a failover) on the reconnect backoff,
+    /// within `command_timeout` in all. A command that may have been
+    /// applied is never retried.
     pub(crate) fn run<R>(
         &self,
         route: &[u8],
@@ -54,9 +56,15 @@ impl Cluster {
                 node.commands.try_run(&mut f)
             };
             let e = match result {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    node.mark_up();
+                    return Ok(r);
+                }
                 Err(TryRunError::NotSent(e)) => {
                     // The master cannot be reached: maybe failing over.
+                    if e.is_transient() {
+                        node.mark_down(&e);
+                    }
                     self.request_refresh();
                     if e.is_transient() && wait(&mut backoff, started, budget) {
                         continue;
@@ -70,8 +78,10 @@ impl Cluster {
             {
                 redirects += 1;
                 match to {
-                    Redirect::Ask(addr) => ask = Some(addr),
-                    Redirect::Moved => self.request_refresh(),
+                    Redirect::Ask(addr) => ask = Some(node.redirected_to(&addr)),
+                    Redirect::Moved(addr) => {
+                        self.moved(slot(route), &node.redirected_to(&addr));
+                    }
                 }
                 continue;
             }
@@ -90,10 +100,13 @@ impl Cluster {
                 }
                 continue;
             }
-            if e.is_io_error() || e.is_connection_dropped() {
+            let unreachable = e.is_io_error() || e.is_connection_dropped() || e.is_timeout();
+            let e = Error::from_redis(e, access);
+            if unreachable {
+                node.mark_down(&e);
                 self.request_refresh();
             }
-            return Err(Error::from_redis(e, access));
+            return Err(e);
         }
     }
 
@@ -132,10 +145,31 @@ fn wait(backoff: &mut Backoff, started: Instant, budget: Duration) -> bool {
     true
 }
 
+impl Node {
+    /// The `host:port` a redirect from this node names.
+    pub(super) fn redirected_to(&self, addr: &str) -> String {
+        redirect_target(&self.addr, addr)
+    }
+}
+
+/// The `host:port` a redirect from the node at `from` names: `to`, with
+/// `from`'s host when the reply names none (`:port`, from a node that does
+/// not know its own address).
+pub(crate) fn redirect_target(from: &str, to: &str) -> String {
+    match to.strip_prefix(':') {
+        Some(port) => {
+            let host = from.rsplit_once(':').map_or(from, |(h, _)| h);
+            format!("{host}:{port}")
+        }
+        None => to.to_owned(),
+    }
+}
+
 /// Where a `MOVED` or `ASK` error sends a command.
 pub(super) enum Redirect {
-    /// The slot moved for good: refresh the slot map and route again.
-    Moved,
+    /// The slot moved for good, to the master at this address: route it
+    /// there from now on (and refresh the rest of the map meanwhile).
+    Moved(String),
     /// Ask this node once (after `ASKING`): the slot is migrating.
     Ask(String),
 }
@@ -148,7 +182,7 @@ pub(super) fn redirect(e: &redis::RedisError) -> Option<Redirect> {
         if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) {
             Redirect::Ask(addr.to_owned())
         } else {
-            Redirect::Moved
+            Redirect::Moved(addr.to_owned())
         },
     )
 }

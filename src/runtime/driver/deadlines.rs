@@ -58,6 +58,8 @@ pub(super) struct Entry {
     pub(super) timeout: Option<Armed>,
     pub(super) marked: bool,
     pub(super) failures: u32,
+    /// Its last round found a script missing and loaded it again.
+    pub(super) reloaded: bool,
     /// Its guard group, and its place in the group's list.
     pub(super) guard: Option<(Duration, usize)>,
 }

@@ -57,7 +57,7 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use self::deadlines::{DriverShared, Entry, State, arm_clock_refresh, arm_guard};
-pub(crate) use self::job::{Commands, Deadline, Job, Next, Transport};
+pub(crate) use self::job::{Commands, Deadline, Job, Next, Replies, Transport};
 pub(crate) use self::round::DriverConfig;
 use self::round::Runner;
 use self::stats::Counters;
@@ -167,6 +167,7 @@ impl Driver {
             timeout: None,
             marked: false,
             failures: 0,
+            reloaded: false,
             guard: None,
         });
         st.by_key.insert(key, index);

@@ -30,6 +30,11 @@ pub(super) struct Wire {
     pub(super) connects: AtomicU64,
     /// Routes whose next command gets a `NOSCRIPT` error reply.
     pub(super) noscript: Mutex<Vec<String>>,
+    /// Every command gets a `NOSCRIPT` error reply (a server that never
+    /// keeps the script).
+    pub(super) always_noscript: AtomicBool,
+    /// Loading a script fails with this error kind.
+    pub(super) load_fails: Mutex<Option<ErrorKind>>,
     pub(super) loaded: AtomicU64,
     /// Told after each round, if set.
     pub(super) rounds_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
@@ -94,20 +99,31 @@ impl Transport for FakeTransport {
         let mut noscript = self.wire.noscript.lock();
         Ok(routes
             .iter()
-            .map(|r| match noscript.iter().position(|n| n == r) {
-                Some(i) => {
+            .map(|r| {
+                let listed = noscript.iter().position(|n| n == r);
+                if let Some(i) = listed {
                     noscript.remove(i);
+                }
+                if listed.is_some() || self.wire.always_noscript.load(Ordering::SeqCst) {
                     redis::parse_redis_value(b"-NOSCRIPT No matching script.\r\n")
                         .expect("an error reply parses")
+                } else {
+                    Value::Okay
                 }
-                None => Value::Okay,
             })
             .collect())
     }
 
-    fn load_script(&mut self, _script: &Script) -> Result<(), Error> {
+    fn server_of(&self, _command: usize) -> Option<usize> {
+        Some(0)
+    }
+
+    fn load_script(&mut self, _script: &Script, _server: usize) -> Result<(), Error> {
         self.wire.loaded.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+        match *self.wire.load_fails.lock() {
+            Some(kind) => Err(Error::new(kind, "fake: the load was refused")),
+            None => Ok(()),
+        }
     }
 
     fn connects(&self) -> u64 {

@@ -256,6 +256,62 @@ fn a_noscript_reply_loads_the_job_scripts_and_runs_it_again() {
     assert_eq!(rig.driver.stats().job_failures, 0);
 }
 
+/// A script that cannot be loaded (an ACL user without `script|load`)
+/// must not have the job run again and again at once: it backs off on the
+/// job schedule, and the error says which permission is missing.
+#[test]
+fn a_noscript_whose_script_cannot_be_loaded_backs_off_instead_of_spinning() {
+    let rig = Rig::new();
+    rig.wire.always_noscript.store(true, Ordering::SeqCst);
+    *rig.wire.load_fails.lock() = Some(ErrorKind::PermissionDenied);
+    rig.register(job("a", Next::Idle), Deadline::Now, None);
+    for _ in 0..5 {
+        rig.driver.settle();
+    }
+    assert_eq!(
+        rig.wire.runs_of("a").len(),
+        1,
+        "no new round before the backoff"
+    );
+    assert_eq!(rig.wire.loaded.load(Ordering::SeqCst), 1);
+    assert_eq!(rig.driver.stats().job_failures, 1);
+    // The job backoff (100 ms here), not the reconnect one (10 ms): a
+    // refused load will not mend itself soon.
+    rig.advance(ms(99));
+    assert_eq!(rig.wire.runs_of("a").len(), 1);
+    rig.advance(ms(2));
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    rig.advance(ms(150));
+    assert_eq!(rig.wire.runs_of("a").len(), 2, "then 200 ms");
+    rig.advance(ms(60));
+    assert_eq!(rig.wire.runs_of("a").len(), 3);
+}
+
+/// A script that is missing again right after it was loaded (a node the
+/// load did not reach, a server that keeps losing it) runs the job once
+/// more at once, then backs off.
+#[test]
+fn a_script_missing_again_right_after_its_load_backs_off() {
+    let rig = Rig::new();
+    rig.wire.always_noscript.store(true, Ordering::SeqCst);
+    rig.register(job("a", Next::Idle), Deadline::Now, None);
+    for _ in 0..5 {
+        rig.driver.settle();
+    }
+    assert_eq!(rig.wire.runs_of("a").len(), 2, "loaded, and run again once");
+    assert_eq!(rig.wire.loaded.load(Ordering::SeqCst), 2);
+    assert_eq!(rig.driver.stats().job_failures, 1);
+    rig.advance(ms(99));
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    rig.advance(ms(2));
+    assert_eq!(rig.wire.runs_of("a").len(), 3);
+    // The server keeps the script again: back on the job's own schedule.
+    rig.wire.always_noscript.store(false, Ordering::SeqCst);
+    rig.advance(ms(200));
+    rig.advance(ms(200));
+    assert_eq!(rig.wire.runs_of("a").len(), 4);
+}
+
 #[test]
 fn run_all_runs_every_registered_job_in_one_round() {
     let rig = Rig::new();
