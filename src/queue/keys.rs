@@ -34,6 +34,9 @@ pub(crate) struct Keys {
     /// HASH: id → entries of `ready` left by a removed message (skipped,
     /// not delivered, by take and claim).
     pub stale: String,
+    /// STRING: a lower bound of every score in `delayed` and `inflight`
+    /// (`lua/head.lua`), read by the guard sweep's probe.
+    pub head: String,
 }
 
 impl Keys {
@@ -51,6 +54,7 @@ impl Keys {
             reason: k("reason"),
             counts: k("counts"),
             stale: k("stale"),
+            head: k("head"),
         }
     }
 }
