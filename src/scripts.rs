@@ -117,6 +117,53 @@ pub(crate) static LOCK_RENEW: LazyLock<Script> =
 pub(crate) static LOCK_FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/lock_force_release.lua")));
 
+/// `lua/schedule_set.lua`: creates or replaces a schedule (after
+/// `lua/schedule_lib.lua`, as every schedule script).
+pub(crate) static SCHEDULE_SET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_set.lua")
+    ))
+});
+
+/// `lua/schedule_remove.lua`: deletes a schedule.
+pub(crate) static SCHEDULE_REMOVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_remove.lua")
+    ))
+});
+
+/// `lua/schedule_pause.lua`: pauses or resumes a schedule.
+pub(crate) static SCHEDULE_PAUSE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_pause.lua")
+    ))
+});
+
+/// `lua/schedule_read.lua`: reads the schedules, or those changed since a
+/// version.
+pub(crate) static SCHEDULE_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_read.lua")
+    ))
+});
+
+/// `lua/schedule_fire.lua`: offers due occurrences and advances their
+/// schedules (after `lua/head.lua` and `lua/schedule_lib.lua`).
+pub(crate) static SCHEDULE_FIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_fire.lua")
+    ))
+});
+
+/// Most schedules one `schedule_fire.lua` call advances.
+pub(crate) const FIRE_GROUPS_MAX: usize = 1_000;
+
 /// Most messages one `offer_batch.lua` call carries (3 ARGV each; Lua's
 /// `unpack` stops at 8,000 values).
 pub(crate) const BATCH_OFFER_MAX: usize = 1_000;

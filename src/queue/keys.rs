@@ -37,6 +37,15 @@ pub(crate) struct Keys {
     /// STRING: a lower bound of every score in `delayed` and `inflight`
     /// (`lua/head.lua`), read by the guard sweep's probe.
     pub head: String,
+    /// The queue's recurring schedules (`lua/schedule_lib.lua` says what
+    /// each holds): definitions, payloads, next occurrences, last fired,
+    /// changes by version, and the version with the earliest next.
+    pub schedules: String,
+    pub schedules_payload: String,
+    pub schedules_next: String,
+    pub schedules_last: String,
+    pub schedules_changes: String,
+    pub schedules_head: String,
 }
 
 impl Keys {
@@ -55,6 +64,12 @@ impl Keys {
             counts: k("counts"),
             stale: k("stale"),
             head: k("head"),
+            schedules: k("schedules"),
+            schedules_payload: k("schedules:payload"),
+            schedules_next: k("schedules:next"),
+            schedules_last: k("schedules:last"),
+            schedules_changes: k("schedules:changes"),
+            schedules_head: k("schedules:head"),
         }
     }
 }

@@ -162,6 +162,7 @@
 
 mod cron;
 mod definition;
+mod info;
 mod plan;
 mod time;
 mod zone;
@@ -169,7 +170,10 @@ mod zone;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+pub use info::{ScheduleInfo, Scheduled, occurrence_id, parse_occurrence_id};
 pub use plan::Plan;
+/// Instants in whole ms, for the queue side, which stores them so.
+pub(crate) use time::{floor_ms, from_ms};
 
 use crate::{Error, ErrorKind};
 use cron::CronSpec;

@@ -1,0 +1,400 @@
+//! A queue's driver job ([`QueueJob`]): its transfer, the firing of its
+//! recurring schedules, and the cheap probe a guard sweep sends instead of
+//! both.
+//!
+//! A full run sends, in one round: the schedules' part (a read of the
+//! definitions that changed, or `schedule_fire.lua` for the schedules due
+//! by this process's copy, or a `GET` of `schedules:head` to see whether
+//! the copy is current), then `transfer.lua`, so an occurrence offered by
+//! the firing is moved to the ready list by the transfer right behind it,
+//! in the same round trip. A guard sweep sends instead one `MGET` of the
+//! queue's `head` (a lower bound of every due time and visibility
+//! deadline) and `schedules:head` (the schedules' version and earliest
+//! next occurrence), and runs the full job only when one of them is due
+//! or the copy is out of date; otherwise it arms the job at the earliest
+//! of them. So an idle queue costs one `MGET` per guard interval, while a
+//! lost wake-up or a dead process still never strands work for longer
+//! than the interval: every script that adds a due time, a deadline or a
+//! schedule lowers those keys in the same step.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::Value;
+
+use super::keys::Keys;
+use super::schedules::mirror::{Group, Mirror};
+use super::schedules::stored::{FireReply, parse_fire, parse_head, parse_queue_head, parse_read};
+use super::transfer::TransferJob;
+use crate::error::{Error, ErrorKind};
+use crate::runtime::{Commands, Job, Next, Runtime, slot};
+use crate::scripts::{self, FIRE_GROUPS_MAX};
+use crate::telemetry::ScheduleMetrics;
+
+/// Most `schedule_fire.lua` calls in one round (more due schedules run in
+/// the next round).
+const FIRE_CALLS_PER_ROUND: usize = 8;
+
+/// A queue's due work: see the [module documentation](self).
+pub(crate) struct QueueJob {
+    name: String,
+    slot: u16,
+    transfer: Arc<TransferJob>,
+    keys: Keys,
+    /// `MGET head schedules:head`, packed once.
+    probe: Box<[u8]>,
+    /// `GET schedules:head`, packed once.
+    head: Box<[u8]>,
+    rt: Weak<Runtime>,
+    /// Set by a guard sweep: the next run is a probe.
+    probe_next: AtomicBool,
+    state: Mutex<State>,
+    metrics: ScheduleMetrics,
+}
+
+#[derive(Default)]
+struct State {
+    mirror: Mirror,
+    /// The copy is out of date: read what changed before firing.
+    stale: bool,
+    /// What the last `commands` sent.
+    sent: Sent,
+}
+
+#[derive(Default)]
+enum Sent {
+    #[default]
+    Nothing,
+    Probe,
+    /// The schedules' `commands` (how many), then the transfer's.
+    Full {
+        part: Part,
+        commands: usize,
+    },
+}
+
+enum Part {
+    Read,
+    Head,
+    /// One list of groups per `schedule_fire.lua` call.
+    Fire(Vec<Vec<Group>>),
+}
+
+impl QueueJob {
+    pub(crate) fn new(
+        name: &str,
+        keys: &Keys,
+        transfer: Arc<TransferJob>,
+        rt: Weak<Runtime>,
+    ) -> QueueJob {
+        let probe = redis::cmd("MGET")
+            .arg(&keys.head)
+            .arg(&keys.schedules_head)
+            .get_packed_command()
+            .into_boxed_slice();
+        let head = redis::cmd("GET")
+            .arg(&keys.schedules_head)
+            .get_packed_command()
+            .into_boxed_slice();
+        QueueJob {
+            name: name.to_owned(),
+            slot: slot(keys.delayed.as_bytes()),
+            transfer,
+            keys: keys.clone(),
+            probe,
+            head,
+            rt,
+            probe_next: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            metrics: ScheduleMetrics::new(name),
+        }
+    }
+
+    /// The server's clock now, by this process's estimate (epoch ms).
+    fn server_now(&self) -> Option<i64> {
+        let rt = self.rt.upgrade()?;
+        i64::try_from(rt.server_now_ms()).ok()
+    }
+
+    fn read_command(&self, known: Option<u64>) -> Vec<u8> {
+        let k = &self.keys;
+        let known = known.map_or(-1, |v| i64::try_from(v).unwrap_or(-1));
+        redis::cmd("EVALSHA")
+            .arg(scripts::SCHEDULE_READ.get_hash())
+            .arg(6)
+            .arg(&k.schedules)
+            .arg(&k.schedules_next)
+            .arg(&k.schedules_last)
+            .arg(&k.schedules_changes)
+            .arg(&k.schedules_head)
+            .arg(&k.schedules_payload)
+            .arg(known)
+            .arg("")
+            .get_packed_command()
+    }
+
+    fn fire_command(&self, version: u64, groups: &[Group]) -> Vec<u8> {
+        let k = &self.keys;
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(scripts::SCHEDULE_FIRE.get_hash())
+            .arg(7)
+            .arg(&k.schedules_next)
+            .arg(&k.schedules_payload)
+            .arg(&k.schedules_last)
+            .arg(&k.schedules_head)
+            .arg(&k.delayed)
+            .arg(&k.msg)
+            .arg(&k.head)
+            .arg(version);
+        for g in groups {
+            cmd.arg(&g.name)
+                .arg(g.expected)
+                .arg(g.settled)
+                .arg(g.next_ms.map(|n| n.to_string()).unwrap_or_default())
+                .arg(g.fire.len());
+            for at in &g.fire {
+                cmd.arg(*at);
+            }
+        }
+        cmd.get_packed_command()
+    }
+
+    /// Reads the schedules' replies into the copy; when the schedules
+    /// want to run next.
+    fn on_schedules(&self, st: &mut State, part: Part, replies: &[Value]) -> Result<Next, Error> {
+        let protocol = |what: &str| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("unexpected reply to {what}: {replies:?}"),
+            )
+            .in_queue(&self.name)
+        };
+        let mut server_now = None;
+        match part {
+            Part::Read => {
+                let read = replies
+                    .first()
+                    .and_then(|v| parse_read(v, false))
+                    .ok_or_else(|| protocol("schedule_read.lua"))?;
+                server_now = Some(read.now_ms);
+                let unreadable = st.mirror.apply(read);
+                st.stale = false;
+                if !unreadable.is_empty() {
+                    tracing::warn!(
+                        target: "redwheel::queue",
+                        queue = %self.name,
+                        schedules = ?unreadable,
+                        "schedules with a definition this build of redwheel cannot read; other processes must fire them"
+                    );
+                }
+            }
+            Part::Head => {
+                let (version, _) = replies
+                    .first()
+                    .and_then(parse_head)
+                    .ok_or_else(|| protocol("GET schedules:head"))?;
+                st.stale |= st.mirror.version() != Some(version);
+            }
+            Part::Fire(calls) => {
+                for (groups, v) in calls.into_iter().zip(replies) {
+                    match parse_fire(v).ok_or_else(|| protocol("schedule_fire.lua"))? {
+                        FireReply::Stale { now_ms, .. } => {
+                            server_now = Some(now_ms);
+                            st.stale = true;
+                        }
+                        FireReply::Applied {
+                            now_ms,
+                            fired,
+                            written,
+                            refused,
+                        } => {
+                            server_now = Some(now_ms);
+                            self.applied(st, groups, now_ms, &refused);
+                            tracing::debug!(
+                                target: "redwheel::queue",
+                                queue = %self.name,
+                                fired,
+                                written,
+                                refused = refused.len(),
+                                "schedules fired"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if st.stale {
+            return Ok(Next::Again);
+        }
+        let Some(at) = st.mirror.earliest() else {
+            return Ok(Next::Idle);
+        };
+        // A script's TIME was read before its reply arrived, so a wait
+        // counted from it is never early; without one, the estimate.
+        let Some(now) = server_now.or_else(|| self.server_now()) else {
+            return Ok(Next::Idle);
+        };
+        Ok(if at <= now {
+            Next::Again
+        } else {
+            Next::After(Duration::from_millis((at - now) as u64))
+        })
+    }
+
+    /// Brings the copy up to date after a firing call: the groups not
+    /// refused moved on as planned; the refused ones are where Redis says.
+    fn applied(
+        &self,
+        st: &mut State,
+        groups: Vec<Group>,
+        now_ms: i64,
+        refused: &[(String, Option<i64>)],
+    ) {
+        for g in groups {
+            if let Some((_, stored)) = refused.iter().find(|(n, _)| *n == g.name) {
+                st.mirror.advance(&g.name, *stored);
+                continue;
+            }
+            st.mirror.advance(&g.name, g.next_ms);
+            self.metrics.fired.add(g.fire.len() as u64);
+            self.metrics.skipped.add(g.skipped);
+            for at in &g.fire {
+                self.metrics
+                    .lateness
+                    .record((now_ms - at).max(0) as f64 / 1000.0);
+            }
+        }
+    }
+
+    /// Reads a probe's reply: the full job runs now, later, or never.
+    fn on_probe(&self, st: &mut State, replies: &[Value]) -> Result<Next, Error> {
+        let pair = match replies.first() {
+            Some(Value::Array(items)) if items.len() == 2 => {
+                parse_queue_head(&items[0]).zip(parse_head(&items[1]))
+            }
+            _ => None,
+        };
+        let Some((head, (version, next))) = pair else {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                format!("unexpected reply to the guard sweep's MGET: {replies:?}"),
+            )
+            .in_queue(&self.name));
+        };
+        if st.mirror.version() != Some(version) {
+            st.stale = true;
+            return Ok(Next::Again);
+        }
+        let earliest = match (head, next) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => return Ok(Next::Idle),
+            },
+        };
+        let Some(now) = self.server_now() else {
+            return Ok(Next::Idle);
+        };
+        Ok(if earliest <= now {
+            Next::Again
+        } else {
+            Next::After(Duration::from_millis((earliest - now) as u64))
+        })
+    }
+}
+
+/// The sooner of two wishes.
+fn sooner(a: Next, b: Next) -> Next {
+    match (a, b) {
+        (Next::Again, _) | (_, Next::Again) => Next::Again,
+        (Next::After(x), Next::After(y)) => Next::After(x.min(y)),
+        (Next::After(x), Next::Idle) | (Next::Idle, Next::After(x)) => Next::After(x),
+        (Next::Idle, Next::Idle) => Next::Idle,
+    }
+}
+
+impl Job for QueueJob {
+    fn describe(&self) -> String {
+        format!("due work of queue {:?}", self.name)
+    }
+
+    fn commands(&self, out: &mut Commands) {
+        let mut st = self.state.lock();
+        if self.probe_next.swap(false, Ordering::AcqRel) {
+            out.push(self.slot, &self.probe);
+            st.sent = Sent::Probe;
+            return;
+        }
+        let before = out.len();
+        let part = match st.mirror.version() {
+            Some(version) if !st.stale => {
+                let now = self.server_now().unwrap_or(i64::MIN);
+                let due = st.mirror.due(now, FIRE_GROUPS_MAX * FIRE_CALLS_PER_ROUND);
+                if due.is_empty() {
+                    out.push(self.slot, &self.head);
+                    Part::Head
+                } else {
+                    let mut calls = Vec::new();
+                    let mut due = due.into_iter().peekable();
+                    while due.peek().is_some() {
+                        let groups: Vec<Group> = due.by_ref().take(FIRE_GROUPS_MAX).collect();
+                        out.push(self.slot, &self.fire_command(version, &groups));
+                        calls.push(groups);
+                    }
+                    Part::Fire(calls)
+                }
+            }
+            known => {
+                out.push(self.slot, &self.read_command(known));
+                Part::Read
+            }
+        };
+        let commands = out.len() - before;
+        self.transfer.commands(out);
+        st.sent = Sent::Full { part, commands };
+    }
+
+    fn scripts(&self) -> &[&'static redis::Script] {
+        static SCRIPTS: LazyLock<[&'static redis::Script; 3]> = LazyLock::new(|| {
+            [
+                &*scripts::TRANSFER,
+                &*scripts::SCHEDULE_FIRE,
+                &*scripts::SCHEDULE_READ,
+            ]
+        });
+        &*SCRIPTS
+    }
+
+    fn on_reply(&self, replies: &[Value]) -> Result<Next, Error> {
+        let mut st = self.state.lock();
+        match std::mem::take(&mut st.sent) {
+            Sent::Nothing => Ok(Next::Idle),
+            Sent::Probe => self.on_probe(&mut st, replies),
+            Sent::Full { part, commands } => {
+                let (mine, rest) = replies.split_at(commands.min(replies.len()));
+                let transfer = self.transfer.on_reply(rest)?;
+                // A reply of the schedules' part that cannot be read must
+                // not hold up the queue's transfer: read again in a while.
+                let schedules = self
+                    .on_schedules(&mut st, part, mine)
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(target: "redwheel::queue", queue = %self.name, error = %e, "could not read the schedules' reply; reading them again in a second");
+                        st.stale = true;
+                        Next::After(Duration::from_secs(1))
+                    });
+                Ok(sooner(transfer, schedules))
+            }
+        }
+    }
+
+    fn sweep(&self) -> bool {
+        self.probe_next.store(true, Ordering::Release);
+        true
+    }
+
+    fn run_in_full(&self) {
+        self.probe_next.store(false, Ordering::Release);
+    }
+}
