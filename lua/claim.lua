@@ -9,7 +9,7 @@
 -- KEYS[5]  redwheel:{N}:attempts  HASH  id -> deliveries so far
 -- KEYS[6]  redwheel:{N}:counts    HASH  'delivered' -> messages handed out so far (take and claim)
 -- KEYS[7]  redwheel:{N}:stale     HASH  id -> entries of `ready` left by removed messages
--- KEYS[8]  redwheel:{N}:head      STRING  lower bound of every due and deadline (head.lua)
+-- KEYS[8]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- ARGV[1]  visibility in ms (>= 1), counted from the server's TIME
 -- ARGV[2]  a token prefix, unique to this call (the client's random bytes)
 -- ARGV[3]  count: the most messages to claim (0..1000; 0 only acks)

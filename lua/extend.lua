@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  redwheel:{N}:inflight  ZSET  id -> visibility deadline
 -- KEYS[2]  redwheel:{N}:lease     HASH  id -> token of its current claim
--- KEYS[3]  redwheel:{N}:head      STRING  lower bound of every due and deadline (head.lua)
+-- KEYS[3]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- ARGV[1]  the message id
 -- ARGV[2]  the token of the claim
 -- ARGV[3]  the new visibility, in ms from the server's TIME (>= 1)

@@ -9,7 +9,7 @@
 -- KEYS[6]  redwheel:{N}:dead      ZSET  id -> when it died
 -- KEYS[7]  redwheel:{N}:reason    HASH  id -> why it died
 -- KEYS[8]  redwheel:{N}:wake      shard channel (SPUBLISHed to when it becomes the head)
--- KEYS[9]  redwheel:{N}:head      STRING  lower bound of every due and deadline (head.lua)
+-- KEYS[9]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- ARGV[1]  the message id
 -- ARGV[2]  the token of the claim being given back
 -- ARGV[3]  the delay before the next delivery, in ms (>= 0)

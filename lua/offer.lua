@@ -4,7 +4,7 @@
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
 --                                 cluster knows the script's slot)
--- KEYS[4]  redwheel:{N}:head      STRING  lower bound of every due and deadline (head.lua)
+-- KEYS[4]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME)
 --          or 'a' (ARGV[2] is an absolute due in epoch ms; a past one is clamped to now)
 -- ARGV[2]  the delay or the due time, a non-negative integer in decimal

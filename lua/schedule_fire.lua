@@ -5,10 +5,10 @@
 -- KEYS[1]  redwheel:{N}:schedules:next     ZSET    name -> next occurrence (ms)
 -- KEYS[2]  redwheel:{N}:schedules:payload  HASH    name -> payload
 -- KEYS[3]  redwheel:{N}:schedules:last     HASH    name -> last occurrence fired (ms)
--- KEYS[4]  redwheel:{N}:schedules:head     STRING  "<version>:<earliest next>"
+-- KEYS[4]  redwheel:{N}:head               HASH    `schedules`: "<version>:<earliest next>";
+--                                                  `due`: lower bound of every due (head.lua)
 -- KEYS[5]  redwheel:{N}:delayed            ZSET    id -> due (ms)
 -- KEYS[6]  redwheel:{N}:msg                HASH    id -> "<due ms>:<payload>"
--- KEYS[7]  redwheel:{N}:head               STRING  lower bound of every due (head.lua)
 -- ARGV[1]  the version of the definitions the client planned with
 -- ARGV[2..] one group per schedule (the client sends at most 1,000 groups):
 --          name, expected next (ms), settled (ms), new next (ms, or '' for none), k, then k
@@ -33,7 +33,7 @@
 -- between planning and applying, and each occurrence is offered at most once; one that is
 -- due is offered by whichever call applies first. Each occurrence is the message
 -- "sched:<name>:<occurrence ms>", due at the occurrence (so it is due at once), written as
--- offer.lua writes one; `head` is lowered to it, so a transfer moves it even if this
+-- offer.lua writes one; `head`'s `due` is lowered to it, so a transfer moves it even if this
 -- process dies now.
 local now = now_ms()
 local version = sched_version(KEYS[4])
@@ -117,7 +117,7 @@ end
 sched_chunked('ZADD', KEYS[5], zargs, 2 * step)
 sched_chunked('HSET', KEYS[6], hargs, 2 * step)
 if earliest then
-  lower_head(KEYS[7], earliest)
+  lower_head(KEYS[4], earliest)
 end
 sched_chunked('ZADD', KEYS[1], nexts, 2 * step)
 sched_chunked('ZREM', KEYS[1], gone, step)

@@ -11,9 +11,11 @@
 -- redwheel:{N}:schedules:last     HASH    name -> its last occurrence fired (epoch ms)
 -- redwheel:{N}:schedules:changes  ZSET    name -> the version of its last change (removals
 --                                          included), kept for the last KEEP versions
--- redwheel:{N}:schedules:head     STRING  "<version>:<earliest next or empty>": what a process
---                                          reads to know whether its copy of the schedules is
---                                          current, and when the next one falls due
+-- redwheel:{N}:head               HASH    field `schedules`: "<version>:<earliest next or
+--                                          empty>", what a process reads to know whether its
+--                                          copy of the schedules is current, and when the next
+--                                          one falls due (the guard sweep reads it beside
+--                                          field `due`, head.lua)
 --
 -- The version counts changes to the set (create, replace, pause, resume, remove), never
 -- firings: each process keeps a copy of the definitions and brings it up to date from
@@ -30,7 +32,7 @@ end
 
 -- The version in `head` (0 when there is none yet).
 local function sched_version(head)
-  local h = redis.call('GET', head)
+  local h = redis.call('HGET', head, 'schedules')
   if not h then
     return 0
   end
@@ -44,7 +46,7 @@ local function sched_set_head(head, next, version)
   if first[2] then
     at = string.format('%d', tonumber(first[2]))
   end
-  redis.call('SET', head, string.format('%d', version) .. ':' .. at)
+  redis.call('HSET', head, 'schedules', string.format('%d', version) .. ':' .. at)
 end
 
 -- Records a change of `name` at `version`, and forgets changes older than KEEP versions.

@@ -6,7 +6,7 @@
 -- KEYS[2]  redwheel:{N}:schedules:next     ZSET    name -> next occurrence (ms)
 -- KEYS[3]  redwheel:{N}:schedules:last     HASH    name -> last occurrence fired (ms)
 -- KEYS[4]  redwheel:{N}:schedules:changes  ZSET    name -> version of its last change
--- KEYS[5]  redwheel:{N}:schedules:head     STRING  "<version>:<earliest next>"
+-- KEYS[5]  redwheel:{N}:head               HASH    `schedules`: "<version>:<earliest next>"
 -- KEYS[6]  redwheel:{N}:schedules:payload  HASH    name -> payload
 -- ARGV[1]  the version the caller's copy is at, or -1 for everything
 -- ARGV[2]  'p' to include each schedule's payload, '' not to

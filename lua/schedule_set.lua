@@ -6,7 +6,7 @@
 -- KEYS[3]  redwheel:{N}:schedules:next     ZSET    name -> next occurrence (ms)
 -- KEYS[4]  redwheel:{N}:schedules:last     HASH    name -> last occurrence fired (ms)
 -- KEYS[5]  redwheel:{N}:schedules:changes  ZSET    name -> version of its last change
--- KEYS[6]  redwheel:{N}:schedules:head     STRING  "<version>:<earliest next>"
+-- KEYS[6]  redwheel:{N}:head               HASH    `schedules`: "<version>:<earliest next>"
 -- KEYS[7]  redwheel:{N}:wake               shard channel (SPUBLISHed 's': the set changed)
 -- ARGV[1]  the schedule's name
 -- ARGV[2]  its canonical definition (Schedule::definition)

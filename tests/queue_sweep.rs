@@ -1,5 +1,5 @@
 //! The guard sweep against a real redis-server: one cheap read per queue
-//! (an `MGET` of the queue's `head` and `schedules:head`) rather than the
+//! (an `HMGET` of the queue's `head` hash: `due` and `schedules`) rather than the
 //! transfer script, and still every guarantee the full sweep gave: a
 //! message whose wake-up was lost, a claim whose claimer died, and a
 //! schedule whose announcement was lost are all found within a guard
@@ -60,7 +60,7 @@ fn run_script(
 }
 
 #[test]
-fn an_idle_queue_is_swept_with_one_mget_and_no_script() {
+fn an_idle_queue_is_swept_with_one_hmget_and_no_script() {
     let server = RedisServer::start();
     let rw = server.connect();
     let q = open(&rw);
@@ -68,10 +68,10 @@ fn an_idle_queue_is_swept_with_one_mget_and_no_script() {
         .unwrap();
     // Let the start-up runs settle, then count over about 20 sweeps.
     std::thread::sleep(GUARD * 4);
-    let (mget, evalsha) = (server.calls("mget"), server.calls("evalsha"));
+    let (hmget, evalsha) = (server.calls("hmget"), server.calls("evalsha"));
     std::thread::sleep(GUARD * 20);
-    let sweeps = server.calls("mget") - mget;
-    assert!(sweeps >= 2, "the sweeps ran: {sweeps} MGETs");
+    let sweeps = server.calls("hmget") - hmget;
+    assert!(sweeps >= 2, "the sweeps ran: {sweeps} HMGETs");
     assert_eq!(
         server.calls("evalsha"),
         evalsha,
@@ -158,7 +158,7 @@ fn a_schedule_whose_announcement_was_lost_fires_after_the_guard_sweep() {
             "redwheel:{sweep}:schedules:next",
             "redwheel:{sweep}:schedules:last",
             "redwheel:{sweep}:schedules:changes",
-            "redwheel:{sweep}:schedules:head",
+            "redwheel:{sweep}:head",
             NOWHERE,
         ],
         &[

@@ -91,7 +91,7 @@ fn declaring_the_same_schedule_again_changes_nothing_and_a_new_definition_replac
     let hourly = Schedule::cron("0 * * * *").unwrap();
     let p = "report".to_string();
     assert_eq!(q.schedule("r", &hourly, &p).unwrap(), Scheduled::Created);
-    let version = server.cmd(&["GET", "redwheel:{upsert}:schedules:head"]);
+    let version = server.cmd(&["HGET", "redwheel:{upsert}:head", "schedules"]);
     // Any number of declarations of the same thing, from other runtimes too.
     let other = server.connect();
     let q2 = other.queue::<String>("upsert").unwrap();
@@ -100,7 +100,7 @@ fn declaring_the_same_schedule_again_changes_nothing_and_a_new_definition_replac
         assert_eq!(q2.schedule("r", &hourly, &p).unwrap(), Scheduled::Unchanged);
     }
     assert_eq!(
-        server.cmd(&["GET", "redwheel:{upsert}:schedules:head"]),
+        server.cmd(&["HGET", "redwheel:{upsert}:head", "schedules"]),
         version,
         "nothing was written"
     );

@@ -4,15 +4,16 @@
 //!
 //! A full run sends, in one round: the schedules' part (a read of the
 //! definitions that changed, or `schedule_fire.lua` for the schedules due
-//! by this process's copy, or a `GET` of `schedules:head` to see whether
-//! the copy is current), then `transfer.lua`, so an occurrence offered by
-//! the firing is moved to the ready list by the transfer right behind it,
-//! in the same round trip. A guard sweep sends instead one `MGET` of the
-//! queue's `head` (a lower bound of every due time and visibility
-//! deadline) and `schedules:head` (the schedules' version and earliest
-//! next occurrence), and runs the full job only when one of them is due
-//! or the copy is out of date; otherwise it arms the job at the earliest
-//! of them. So an idle queue costs one `MGET` per guard interval, while a
+//! by this process's copy, or an `HGET` of the schedules' version to see
+//! whether the copy is current), then `transfer.lua`, so an occurrence
+//! offered by the firing is moved to the ready list by the transfer right
+//! behind it, in the same round trip. A guard sweep sends instead one
+//! `HMGET` of the queue's `head` hash: `due` (a lower bound of every due
+//! time and visibility deadline) and `schedules` (the schedules' version
+//! and earliest next occurrence), and runs the full job only when one of
+//! them is due or the copy is out of date; otherwise it arms the job at
+//! the earliest of them. So an idle queue costs one `HMGET` per guard
+//! interval, while a
 //! lost wake-up or a dead process still never strands work for longer
 //! than the interval: every script that adds a due time, a deadline or a
 //! schedule lowers those keys in the same step.
@@ -43,9 +44,9 @@ pub(crate) struct QueueJob {
     slot: u16,
     transfer: Arc<TransferJob>,
     keys: Keys,
-    /// `MGET head schedules:head`, packed once.
+    /// `HMGET head due schedules`, packed once.
     probe: Box<[u8]>,
-    /// `GET schedules:head`, packed once.
+    /// `HGET head schedules`, packed once.
     head: Box<[u8]>,
     rt: Weak<Runtime>,
     /// Set by a guard sweep: the next run is a probe.
@@ -89,13 +90,15 @@ impl QueueJob {
         transfer: Arc<TransferJob>,
         rt: Weak<Runtime>,
     ) -> QueueJob {
-        let probe = redis::cmd("MGET")
+        let probe = redis::cmd("HMGET")
             .arg(&keys.head)
-            .arg(&keys.schedules_head)
+            .arg("due")
+            .arg("schedules")
             .get_packed_command()
             .into_boxed_slice();
-        let head = redis::cmd("GET")
-            .arg(&keys.schedules_head)
+        let head = redis::cmd("HGET")
+            .arg(&keys.head)
+            .arg("schedules")
             .get_packed_command()
             .into_boxed_slice();
         QueueJob {
@@ -128,7 +131,7 @@ impl QueueJob {
             .arg(&k.schedules_next)
             .arg(&k.schedules_last)
             .arg(&k.schedules_changes)
-            .arg(&k.schedules_head)
+            .arg(&k.head)
             .arg(&k.schedules_payload)
             .arg(known)
             .arg("")
@@ -139,14 +142,13 @@ impl QueueJob {
         let k = &self.keys;
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(scripts::SCHEDULE_FIRE.get_hash())
-            .arg(7)
+            .arg(6)
             .arg(&k.schedules_next)
             .arg(&k.schedules_payload)
             .arg(&k.schedules_last)
-            .arg(&k.schedules_head)
+            .arg(&k.head)
             .arg(&k.delayed)
             .arg(&k.msg)
-            .arg(&k.head)
             .arg(version);
         for g in groups {
             cmd.arg(&g.name)
@@ -194,7 +196,7 @@ impl QueueJob {
                 let (version, _) = replies
                     .first()
                     .and_then(parse_head)
-                    .ok_or_else(|| protocol("GET schedules:head"))?;
+                    .ok_or_else(|| protocol("HGET head schedules"))?;
                 st.stale |= st.mirror.version() != Some(version);
             }
             Part::Fire(calls) => {
@@ -279,7 +281,7 @@ impl QueueJob {
         let Some((head, (version, next))) = pair else {
             return Err(Error::new(
                 ErrorKind::Protocol,
-                format!("unexpected reply to the guard sweep's MGET: {replies:?}"),
+                format!("unexpected reply to the guard sweep's HMGET: {replies:?}"),
             )
             .in_queue(&self.name));
         };

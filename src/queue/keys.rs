@@ -34,18 +34,19 @@ pub(crate) struct Keys {
     /// HASH: id → entries of `ready` left by a removed message (skipped,
     /// not delivered, by take and claim).
     pub stale: String,
-    /// STRING: a lower bound of every score in `delayed` and `inflight`
-    /// (`lua/head.lua`), read by the guard sweep's probe.
+    /// HASH: `due`, a lower bound of every score in `delayed` and
+    /// `inflight` (`lua/head.lua`); `schedules`, the schedules' version and
+    /// earliest next occurrence (`lua/schedule_lib.lua`). The guard
+    /// sweep's probe reads both.
     pub head: String,
     /// The queue's recurring schedules (`lua/schedule_lib.lua` says what
     /// each holds): definitions, payloads, next occurrences, last fired,
-    /// changes by version, and the version with the earliest next.
+    /// changes by version.
     pub schedules: String,
     pub schedules_payload: String,
     pub schedules_next: String,
     pub schedules_last: String,
     pub schedules_changes: String,
-    pub schedules_head: String,
 }
 
 impl Keys {
@@ -69,7 +70,6 @@ impl Keys {
             schedules_next: k("schedules:next"),
             schedules_last: k("schedules:last"),
             schedules_changes: k("schedules:changes"),
-            schedules_head: k("schedules:head"),
         }
     }
 }

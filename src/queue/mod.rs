@@ -10,10 +10,10 @@
 //!
 //! Twelve keys, `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`,
 //! `:lease`, `:attempts`, `:dead`, `:reason`, `:counts`, `:stale`, `:head`
-//! and the `:wake` channel, and six more for recurring schedules
-//! (`:schedules`, `:schedules:payload`, `:next`, `:last`, `:changes`,
-//! `:head`), all under the hash tag `{N}`, so every script of a
-//! queue touches one cluster slot. What each holds and which scripts write
+//! and the `:wake` channel, and five more for recurring schedules
+//! (`:schedules`, `:schedules:payload`, `:schedules:next`,
+//! `:schedules:last`, `:schedules:changes`), all under the hash tag `{N}`,
+//! so every script of a queue touches one cluster slot. What each holds and which scripts write
 //! it is in the one table of the repository's `ARCHITECTURE.md` ("Redis
 //! keys and scripts").
 //!

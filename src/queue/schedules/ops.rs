@@ -41,7 +41,7 @@ fn set_keys(keys: &Keys) -> [&str; 7] {
         &keys.schedules_next,
         &keys.schedules_last,
         &keys.schedules_changes,
-        &keys.schedules_head,
+        &keys.head,
         &keys.wake,
     ]
 }
@@ -258,7 +258,7 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.schedules_next)
                     .key(&keys.schedules_last)
                     .key(&keys.schedules_changes)
-                    .key(&keys.schedules_head)
+                    .key(&keys.head)
                     .key(&keys.wake)
                     .arg(name)
                     .arg(mode)
@@ -312,7 +312,7 @@ fn read_schedules(rt: &Runtime, keys: &Keys) -> Result<Vec<ScheduleInfo>, Error>
             .key(&keys.schedules_next)
             .key(&keys.schedules_last)
             .key(&keys.schedules_changes)
-            .key(&keys.schedules_head)
+            .key(&keys.head)
             .key(&keys.schedules_payload)
             .arg(-1)
             .arg("")

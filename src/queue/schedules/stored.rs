@@ -1,6 +1,7 @@
 //! How a queue's schedules are stored, read back: the record
 //! `"<rev>:<paused 0|1>:<definition>"` of the `schedules` hash, the
-//! `schedules:head` string `"<version>:<earliest next>"`, and the replies
+//! `schedules` field of the `head` hash, `"<version>:<earliest next>"`,
+//! its `due` field, and the replies
 //! of `schedule_read.lua` and `schedule_fire.lua`. The one reader of these
 //! layouts.
 
@@ -119,8 +120,8 @@ pub(crate) fn parse_read(v: &Value, with_payload: bool) -> Option<ReadReply> {
     })
 }
 
-/// The `schedules:head` string, `"<version>:<earliest next>"` (nil: no
-/// schedule was ever written): (version, earliest next).
+/// The `schedules` field of the queue's `head` hash, `"<version>:<earliest
+/// next>"` (nil: no schedule was ever written): (version, earliest next).
 pub(crate) fn parse_head(v: &Value) -> Option<(u64, Option<i64>)> {
     let bytes = match opt_bytes(v)? {
         None => return Some((0, None)),
@@ -136,7 +137,8 @@ pub(crate) fn parse_head(v: &Value) -> Option<(u64, Option<i64>)> {
     Some((version.parse().ok()?, next))
 }
 
-/// The queue's `head` string (nil: nothing pending): its epoch ms.
+/// The `due` field of the queue's `head` hash (nil: nothing pending): its
+/// epoch ms.
 pub(crate) fn parse_queue_head(v: &Value) -> Option<Option<i64>> {
     opt_int(v)
 }
