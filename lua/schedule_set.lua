@@ -15,18 +15,22 @@
 --          server's now); no occurrence at or before it is owed
 -- ARGV[5]  its first occurrence after ARGV[4] (epoch ms), or '' when it has none
 --
--- Reply: { code, now }, now being the server's TIME in ms:
+-- Reply: { code, at }:
 --   0   unchanged: the same definition and payload were stored already (nothing written,
 --       whatever the schedule's state: paused, next, last fired)
---   1   created; 2 replaced (the paused flag and the last occurrence fired are kept; the
---       schedule starts again from ARGV[4])
---   -1  nothing written: ARGV[4] is later than the server's now, or earlier than the last
---       occurrence fired; the client computes ARGV[5] again from `now` and retries
+--   1   created; 2 replaced (the paused flag and the last occurrence fired are kept)
+--   -1  nothing written: start from `at` instead (compute ARGV[5] again from it and retry).
+--       Either ARGV[4] is later than the server's now or earlier than the last occurrence
+--       fired (`at` is the server's now), or the schedule being replaced has an occurrence
+--       due at or before ARGV[4] that was not fired yet (`at` is just before it: the new
+--       definition takes over from there, so nothing the old one owed is dropped)
+--   (`at` is the server's TIME in ms for codes 0, 1 and 2.)
 --
 -- Invariant: a running schedule's `next` is the first occurrence after an instant at or
--- before the call's TIME and at or after its last occurrence fired, so nothing the call
--- replaced fires again and nothing after the call is skipped; every change bumps the
--- version once, records itself in `changes` and is announced on `wake`.
+-- before the call's TIME, at or after its last occurrence fired, and before any occurrence
+-- the replaced definition still owed; so nothing the call replaced fires again, nothing
+-- owed is dropped, and nothing after the call is skipped. Every change bumps the version
+-- once, records itself in `changes` and is announced on `wake`.
 local now = now_ms()
 local name = ARGV[1]
 local cur = redis.call('HGET', KEYS[1], name)
@@ -37,6 +41,10 @@ if cur then
     return { 0, now }
   end
   paused = p
+  local due = redis.call('ZSCORE', KEYS[3], name)
+  if due and tonumber(due) <= tonumber(ARGV[4]) then
+    return { -1, tonumber(due) - 1 }
+  end
 end
 if not sched_may_start(KEYS[4], name, tonumber(ARGV[4]), now) then
   return { -1, now }

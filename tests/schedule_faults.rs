@@ -69,25 +69,22 @@ fn recorded(url: &str) -> (BTreeSet<String>, HashMap<String, u64>) {
     (seen, first)
 }
 
-/// Waits (polling, with a hang guard) until every id of `expected` was
-/// recorded.
+/// Waits until every id of `expected` was recorded, or the hang guard
+/// ran out (the caller's assertions then say what is missing).
 fn wait_recorded(url: &str, expected: &BTreeSet<String>) {
-    let url = url.to_owned();
-    let expected = expected.clone();
-    within(HANG, move || {
-        loop {
-            if let Ok(client) = redis::Client::open(url.as_str())
-                && let Ok(mut con) = client.get_connection()
-                && let Ok(seen) = redis::cmd("SMEMBERS")
-                    .arg(SEEN)
-                    .query::<BTreeSet<String>>(&mut con)
-                && seen.is_superset(&expected)
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    let give_up = std::time::Instant::now() + HANG;
+    while std::time::Instant::now() < give_up {
+        if let Ok(client) = redis::Client::open(url)
+            && let Ok(mut con) = client.get_connection()
+            && let Ok(seen) = redis::cmd("SMEMBERS")
+                .arg(SEEN)
+                .query::<BTreeSet<String>>(&mut con)
+            && seen.is_superset(expected)
+        {
+            return;
         }
-    });
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The ids of `every(period)` schedules named `s<i>`, all from `start` to
@@ -327,36 +324,57 @@ fn replacing_a_definition_while_it_fires_offers_each_occurrence_of_each_definiti
         changes.push((before, after, d));
         std::thread::sleep(Duration::from_millis(250));
     }
-    // Stop it and let the last firings be consumed.
+    // The last definition stays a second longer; then stop it and let the
+    // last firings be consumed.
+    std::thread::sleep(Duration::from_millis(1_200));
     queues[0].unschedule("x").unwrap();
     let stopped = server.time_ms();
     let got = consumer.join().unwrap();
+    let occurrence = |id: &str| {
+        let (_, at) = parse_occurrence_id(id).unwrap();
+        at.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    };
+    let def_of = |payload: &str| defs.iter().position(|(_, p)| *p == payload).unwrap();
     let mut ids = BTreeSet::new();
     for (id, payload) in &got {
         assert!(ids.insert(id.clone()), "{id} offered twice");
-        let (_, at) = parse_occurrence_id(id).unwrap();
-        let ms = at.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
-        let (period, _) = defs.iter().find(|(_, p)| p == payload).unwrap();
+        let (period, _) = defs[def_of(payload)];
         assert_eq!(
-            ms % period,
+            occurrence(id) % period,
             0,
             "{id} ({payload}) is on its definition's grid"
         );
     }
-    // Every occurrence of a definition strictly inside the span it was in
-    // force fired, with its payload.
+    // No definition fires inside a span where the other one was in force:
+    // a plan made with a replaced definition is refused, and the new one
+    // takes over at most from just before what the old one still owed.
     for (i, &(_, after, d)) in changes.iter().enumerate() {
         let end = changes.get(i + 1).map_or(stopped, |c| c.0);
-        let (period, payload) = defs[d];
-        let mut t = (after / period + 1) * period;
-        while t < end {
-            let id = format!("sched:x:{t}");
-            assert!(
-                got.iter().any(|(g, p)| *g == id && p == payload),
-                "{id} of {payload} (in force from {after} to {end}) was never offered"
-            );
-            t += period;
+        for (id, payload) in &got {
+            let t = occurrence(id);
+            if t > after && t < end {
+                assert_eq!(
+                    def_of(payload),
+                    d,
+                    "{id} ({payload}) fired inside a span of {} ({after}..{end})",
+                    defs[d].1
+                );
+            }
         }
+    }
+    // The last definition, in force for over a second: every occurrence of
+    // it fired (but those of the last half second, which the removal may
+    // have overtaken on a loaded machine).
+    let &(_, after, d) = changes.last().unwrap();
+    let (period, payload) = defs[d];
+    let mut t = (after / period + 1) * period;
+    while t + 500 < stopped {
+        let id = format!("sched:x:{t}");
+        assert!(
+            got.iter().any(|(g, p)| *g == id && p == payload),
+            "{id} of {payload} (in force from {after} to {stopped}) was never offered"
+        );
+        t += period;
     }
     drop(firing);
 }

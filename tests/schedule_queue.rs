@@ -227,3 +227,80 @@ fn two_runtimes_sharing_schedules_offer_each_occurrence_once() {
     assert!(qa.poll(Duration::ZERO).unwrap().is_none(), "and no more");
     let _ = Redwheel::connect(&server.url()).unwrap();
 }
+
+/// Runs `schedule_set.lua` as `Queue::schedule` sends it, on a plain
+/// connection (no process has the queue open).
+fn set_raw(
+    server: &RedisServer,
+    queue: &str,
+    name: &str,
+    s: &Schedule,
+    payload: &str,
+    settled: u64,
+) -> (i64, i64) {
+    let script = redis::Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_set.lua")
+    ));
+    let next = s
+        .next_after(at_ms(settled))
+        .map(|t| ms(t).to_string())
+        .unwrap_or_default();
+    let k = |suffix: &str| format!("redwheel:{{{queue}}}:{suffix}");
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    script
+        .key(k("schedules"))
+        .key(k("schedules:payload"))
+        .key(k("schedules:next"))
+        .key(k("schedules:last"))
+        .key(k("schedules:changes"))
+        .key(k("head"))
+        .key(k("wake"))
+        .arg(name)
+        .arg(s.definition())
+        .arg(payload)
+        .arg(settled)
+        .arg(next)
+        .invoke(&mut con)
+        .unwrap()
+}
+
+#[test]
+fn a_replaced_definition_takes_over_what_the_old_one_still_owed() {
+    let server = RedisServer::start();
+    let now = server.time_ms();
+    let first = now + 100;
+    let old = Schedule::every(Duration::from_millis(300))
+        .starting_at(at_ms(first))
+        .catch_up(CatchUp::All { max: 10 });
+    assert_eq!(set_raw(&server, "owed", "a", &old, "old", now).0, 1);
+    // Two occurrences pass with no process running.
+    while server.time_ms() < first + 400 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Replaced from now: refused, start from just before the first owed.
+    let new = Schedule::every(Duration::from_millis(100))
+        .starting_at(at_ms(first))
+        .catch_up(CatchUp::All { max: 10 });
+    let later = server.time_ms();
+    assert_eq!(
+        set_raw(&server, "owed", "a", &new, "new", later),
+        (-1, first as i64 - 1)
+    );
+    assert_eq!(set_raw(&server, "owed", "a", &new, "new", first - 1).0, 2);
+    // A process comes: the new definition's occurrences from the first
+    // owed one fire, under the new definition.
+    let rw = server.connect();
+    let q = rw.queue::<String>("owed").unwrap();
+    let got = take_n(&q, &server, 5);
+    for (i, (m, _)) in got.iter().enumerate() {
+        assert_eq!(
+            m.id().as_str(),
+            format!("sched:a:{}", first + 100 * i as u64)
+        );
+        assert_eq!(m.payload(), "new");
+    }
+}

@@ -76,8 +76,9 @@
 //!   fires once and the others are skipped (see `CatchUp` for why).
 //! * **Changes.** Declaring the same schedule and payload again changes
 //!   nothing, so every process may declare its schedules at start-up; a
-//!   different definition or payload replaces them and the schedule starts
-//!   again from that call. [`Queue::pause_schedule`] stops it (what falls
+//!   different definition or payload replaces them, and the new definition
+//!   goes on from that call (or from an occurrence the old one still owed:
+//!   nothing owed is dropped). [`Queue::pause_schedule`] stops it (what falls
 //!   while paused is not owed), [`Queue::resume_schedule`] restarts it,
 //!   [`Queue::unschedule`] deletes it; its occurrences already offered
 //!   stay. [`Queue::schedules`] lists them with their next occurrence and

@@ -35,8 +35,9 @@ pub struct ScheduleInfo {
 pub enum Scheduled {
     /// There was no schedule of that name: it was created.
     Created,
-    /// Its definition or payload was different: both were replaced, and
-    /// it starts again from the call (its paused state is kept).
+    /// Its definition or payload was different: both were replaced. The
+    /// new definition goes on from the call, or from just before an
+    /// occurrence the old one still owed (its paused state is kept).
     Replaced,
     /// The same definition and payload were stored already: nothing
     /// changed.

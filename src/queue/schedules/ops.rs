@@ -65,11 +65,15 @@ impl<T: Codec> Queue<T> {
     /// payload changes nothing ([`Scheduled::Unchanged`]), however many
     /// processes do it at once, so every process of a fleet may declare its
     /// schedules at start-up. A different definition or payload replaces
-    /// both ([`Scheduled::Replaced`]): the schedule starts again from this
-    /// call (occurrences after it fire, none before it is owed), keeping its
-    /// paused state. The first occurrence of a new schedule is the first
-    /// one after the call. Occurrences are offered exactly once (see the
-    /// [module documentation](crate::queue#recurring-schedules)).
+    /// both ([`Scheduled::Replaced`]), keeping the paused state: the new
+    /// definition's occurrences after the call fire; if the old one had an
+    /// occurrence due and not yet offered (the fleet was down, or the call
+    /// raced the firing), the new definition takes over from just before
+    /// it, so what was owed is owed under the new definition (by its
+    /// catch-up policy) rather than dropped. The first occurrence of a new
+    /// schedule is the first one after the call. Occurrences are offered
+    /// exactly once (see the [module
+    /// documentation](crate::queue#recurring-schedules)).
     ///
     /// Fails with [`ErrorKind::InvalidName`] for a name that is empty, over
     /// [`MAX_SCHEDULE_NAME_LEN`] bytes, or holds `{`, `}` or control
@@ -128,8 +132,10 @@ impl<T: Codec> Queue<T> {
                 1 => Scheduled::Created,
                 2 => Scheduled::Replaced,
                 _ => {
-                    // The estimate ran ahead of the server (or behind the
-                    // last firing): start from the server's own now.
+                    // Start from where the script says: the server's own
+                    // now (the estimate ran ahead of it, or behind the last
+                    // firing), or just before an occurrence the replaced
+                    // definition still owed.
                     settled = now;
                     continue;
                 }
