@@ -649,43 +649,15 @@ fn schedules_are_set_listed_paused_resumed_and_removed_with_their_next_runs() {
         4,
     );
     // Bad input is a usage error, before anything is written.
-    let bad = fails_with(
-        &redwheel(
-            &url,
-            &[
-                "schedule",
-                "set",
-                "reports",
-                "x",
-                "y",
-                "--cron",
-                "0 25 * * *",
-            ],
-        ),
-        2,
-    );
+    let set_x = |more: &[&str]| {
+        let mut args = vec!["schedule", "set", "reports", "x", "y"];
+        args.extend_from_slice(more);
+        fails_with(&redwheel(&url, &args), 2)
+    };
+    let bad = set_x(&["--cron", "0 25 * * *"]);
     assert!(bad.contains("hour field \"25\""), "{bad}");
-    fails_with(
-        &redwheel(&url, &["schedule", "set", "reports", "x", "y"]),
-        2,
-    );
-    fails_with(
-        &redwheel(
-            &url,
-            &[
-                "schedule",
-                "set",
-                "reports",
-                "x",
-                "y",
-                "--every",
-                "1s",
-                "--catch-up",
-                "all:0",
-            ],
-        ),
-        2,
-    );
+    set_x(&[]);
+    set_x(&["--every", "1s", "--catch-up", "all:0"]);
     assert_eq!(ok(&url, &["schedules", "empty"]), "no schedules in empty\n");
     assert_eq!(
         ok_json(&url, &["schedules", "reports"])["schedules"]
