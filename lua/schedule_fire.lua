@@ -67,18 +67,20 @@ if #apply == 0 then
   return out
 end
 local payloads = redis.call('HMGET', KEYS[2], unpack(pay_names))
-local ids, values, scores = {}, {}, {}
+-- Per occurrence: its id, its score (the occurrence, as sent), the payload it carries.
+local ids, occs, pays, n = {}, {}, {}, 0
 local nexts, gone, lasts = {}, {}, {}
 local fired = 0
 for a, at in ipairs(apply) do
   local name = ARGV[at]
   local k = tonumber(ARGV[at + 4])
-  local payload = payloads[a] or ''
-  for j = 1, k do
-    local occ = ARGV[at + 4 + j]
-    ids[#ids + 1] = 'sched:' .. name .. ':' .. occ
-    values[#values + 1] = occ .. ':' .. payload
-    scores[#scores + 1] = occ
+  local prefix = 'sched:' .. name .. ':'
+  local payload = ':' .. (payloads[a] or '')
+  for j = at + 5, at + 4 + k do
+    n = n + 1
+    ids[n] = prefix .. ARGV[j]
+    occs[n] = ARGV[j]
+    pays[n] = payload
   end
   fired = fired + k
   if k > 0 then
@@ -93,20 +95,21 @@ for a, at in ipairs(apply) do
   end
 end
 -- Write each occurrence whose id is not a message of the queue already.
-local zargs, hargs = {}, {}
+local zargs, hargs, w = {}, {}, 0
 local earliest
 local step = 1000
 local c = 1
-while c <= #ids do
-  local d = math.min(#ids, c + step - 1)
+while c <= n do
+  local d = math.min(n, c + step - 1)
   local known = redis.call('HMGET', KEYS[6], unpack(ids, c, d))
   for j = c, d do
     if not known[j - c + 1] then
-      zargs[#zargs + 1] = scores[j]
-      zargs[#zargs + 1] = ids[j]
-      hargs[#hargs + 1] = ids[j]
-      hargs[#hargs + 1] = values[j]
-      local due = tonumber(scores[j])
+      w = w + 2
+      zargs[w - 1] = occs[j]
+      zargs[w] = ids[j]
+      hargs[w - 1] = ids[j]
+      hargs[w] = occs[j] .. pays[j]
+      local due = tonumber(occs[j])
       if not earliest or due < earliest then
         earliest = due
       end
@@ -125,5 +128,5 @@ sched_chunked('HSET', KEYS[3], lasts, 2 * step)
 sched_set_head(KEYS[4], KEYS[1], version)
 out[3] = #apply
 out[4] = fired
-out[5] = #zargs / 2
+out[5] = w / 2
 return out
