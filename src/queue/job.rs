@@ -18,7 +18,7 @@
 //! than the interval: every script that adds a due time, a deadline or a
 //! schedule lowers those keys in the same step.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
@@ -38,19 +38,37 @@ use crate::telemetry::ScheduleMetrics;
 /// the next round).
 const FIRE_CALLS_PER_ROUND: usize = 8;
 
+/// `version` before the copy was first read.
+const UNREAD: u64 = u64::MAX;
+
 /// A queue's due work: see the [module documentation](self).
+///
+/// A sweep of 10,000 queues touches each job once per interval, so what a
+/// sweep needs sits together at the start (atomics, no lock); the rest,
+/// which only full runs touch, is behind one pointer.
 pub(crate) struct QueueJob {
-    name: String,
-    slot: u16,
-    transfer: Arc<TransferJob>,
-    keys: Keys,
-    /// `HMGET head due schedules`, packed once.
-    probe: Box<[u8]>,
-    /// `HGET head schedules`, packed once.
-    head: Box<[u8]>,
-    rt: Weak<Runtime>,
     /// Set by a guard sweep: the next run is a probe.
     probe_next: AtomicBool,
+    /// The last `commands` sent the probe.
+    probing: AtomicBool,
+    /// The copy is out of date: read what changed before firing.
+    stale: AtomicBool,
+    slot: u16,
+    /// The version the copy was read at (`UNREAD` before the first read).
+    version: AtomicU64,
+    rt: Weak<Runtime>,
+    /// `HMGET head due schedules`, packed once.
+    probe: Box<[u8]>,
+    full: Box<Full>,
+}
+
+/// What only a full run touches.
+struct Full {
+    name: String,
+    transfer: Arc<TransferJob>,
+    keys: Keys,
+    /// `HGET head schedules`, packed once.
+    head: Box<[u8]>,
     state: Mutex<State>,
     metrics: ScheduleMetrics,
 }
@@ -58,22 +76,9 @@ pub(crate) struct QueueJob {
 #[derive(Default)]
 struct State {
     mirror: Mirror,
-    /// The copy is out of date: read what changed before firing.
-    stale: bool,
-    /// What the last `commands` sent.
-    sent: Sent,
-}
-
-#[derive(Default)]
-enum Sent {
-    #[default]
-    Nothing,
-    Probe,
-    /// The schedules' `commands` (how many), then the transfer's.
-    Full {
-        part: Part,
-        commands: usize,
-    },
+    /// What the last full `commands` sent: the schedules' part and how
+    /// many commands it took (the transfer's follow).
+    sent: Option<(Part, usize)>,
 }
 
 enum Part {
@@ -102,16 +107,21 @@ impl QueueJob {
             .get_packed_command()
             .into_boxed_slice();
         QueueJob {
-            name: name.to_owned(),
-            slot: slot(keys.delayed.as_bytes()),
-            transfer,
-            keys: keys.clone(),
-            probe,
-            head,
-            rt,
             probe_next: AtomicBool::new(false),
-            state: Mutex::new(State::default()),
-            metrics: ScheduleMetrics::new(name),
+            probing: AtomicBool::new(false),
+            stale: AtomicBool::new(false),
+            slot: slot(keys.delayed.as_bytes()),
+            version: AtomicU64::new(UNREAD),
+            rt,
+            probe,
+            full: Box::new(Full {
+                name: name.to_owned(),
+                transfer,
+                keys: keys.clone(),
+                head,
+                state: Mutex::new(State::default()),
+                metrics: ScheduleMetrics::new(name),
+            }),
         }
     }
 
@@ -122,7 +132,7 @@ impl QueueJob {
     }
 
     fn read_command(&self, known: Option<u64>) -> Vec<u8> {
-        let k = &self.keys;
+        let k = &self.full.keys;
         let known = known.map_or(-1, |v| i64::try_from(v).unwrap_or(-1));
         redis::cmd("EVALSHA")
             .arg(scripts::SCHEDULE_READ.get_hash())
@@ -139,7 +149,7 @@ impl QueueJob {
     }
 
     fn fire_command(&self, version: u64, groups: &[Group]) -> Vec<u8> {
-        let k = &self.keys;
+        let k = &self.full.keys;
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(scripts::SCHEDULE_FIRE.get_hash())
             .arg(6)
@@ -171,7 +181,7 @@ impl QueueJob {
                 ErrorKind::Protocol,
                 format!("unexpected reply to {what}: {replies:?}"),
             )
-            .in_queue(&self.name)
+            .in_queue(&self.full.name)
         };
         let mut server_now = None;
         match part {
@@ -182,11 +192,13 @@ impl QueueJob {
                     .ok_or_else(|| protocol("schedule_read.lua"))?;
                 server_now = Some(read.now_ms);
                 let unreadable = st.mirror.apply(read);
-                st.stale = false;
+                self.version
+                    .store(st.mirror.version().unwrap_or(UNREAD), Ordering::Release);
+                self.stale.store(false, Ordering::Release);
                 if !unreadable.is_empty() {
                     tracing::warn!(
                         target: "redwheel::queue",
-                        queue = %self.name,
+                        queue = %self.full.name,
                         schedules = ?unreadable,
                         "schedules with a definition this build of redwheel cannot read; other processes must fire them"
                     );
@@ -197,14 +209,16 @@ impl QueueJob {
                     .first()
                     .and_then(parse_head)
                     .ok_or_else(|| protocol("HGET head schedules"))?;
-                st.stale |= st.mirror.version() != Some(version);
+                if st.mirror.version() != Some(version) {
+                    self.stale.store(true, Ordering::Release);
+                }
             }
             Part::Fire(calls) => {
                 for (groups, v) in calls.into_iter().zip(replies) {
                     match parse_fire(v).ok_or_else(|| protocol("schedule_fire.lua"))? {
                         FireReply::Stale { now_ms, .. } => {
                             server_now = Some(now_ms);
-                            st.stale = true;
+                            self.stale.store(true, Ordering::Release);
                         }
                         FireReply::Applied {
                             now_ms,
@@ -216,7 +230,7 @@ impl QueueJob {
                             self.applied(st, groups, now_ms, &refused);
                             tracing::debug!(
                                 target: "redwheel::queue",
-                                queue = %self.name,
+                                queue = %self.full.name,
                                 fired,
                                 written,
                                 refused = refused.len(),
@@ -227,7 +241,7 @@ impl QueueJob {
                 }
             }
         }
-        if st.stale {
+        if self.stale.load(Ordering::Acquire) {
             return Ok(Next::Again);
         }
         let Some(at) = st.mirror.earliest() else {
@@ -260,10 +274,11 @@ impl QueueJob {
                 continue;
             }
             st.mirror.advance(&g.name, g.next_ms);
-            self.metrics.fired.add(g.fire.len() as u64);
-            self.metrics.skipped.add(g.skipped);
+            self.full.metrics.fired.add(g.fire.len() as u64);
+            self.full.metrics.skipped.add(g.skipped);
             for at in &g.fire {
-                self.metrics
+                self.full
+                    .metrics
                     .lateness
                     .record((now_ms - at).max(0) as f64 / 1000.0);
             }
@@ -271,7 +286,7 @@ impl QueueJob {
     }
 
     /// Reads a probe's reply: the full job runs now, later, or never.
-    fn on_probe(&self, st: &mut State, replies: &[Value]) -> Result<Next, Error> {
+    fn on_probe(&self, replies: &[Value]) -> Result<Next, Error> {
         let pair = match replies.first() {
             Some(Value::Array(items)) if items.len() == 2 => {
                 parse_queue_head(&items[0]).zip(parse_head(&items[1]))
@@ -283,10 +298,10 @@ impl QueueJob {
                 ErrorKind::Protocol,
                 format!("unexpected reply to the guard sweep's HMGET: {replies:?}"),
             )
-            .in_queue(&self.name));
+            .in_queue(&self.full.name));
         };
-        if st.mirror.version() != Some(version) {
-            st.stale = true;
+        if self.version.load(Ordering::Acquire) != version {
+            self.stale.store(true, Ordering::Release);
             return Ok(Next::Again);
         }
         let earliest = match (head, next) {
@@ -319,23 +334,25 @@ fn sooner(a: Next, b: Next) -> Next {
 
 impl Job for QueueJob {
     fn describe(&self) -> String {
-        format!("due work of queue {:?}", self.name)
+        format!("due work of queue {:?}", self.full.name)
     }
 
     fn commands(&self, out: &mut Commands) {
-        let mut st = self.state.lock();
         if self.probe_next.swap(false, Ordering::AcqRel) {
             out.push(self.slot, &self.probe);
-            st.sent = Sent::Probe;
+            self.probing.store(true, Ordering::Release);
             return;
         }
+        self.probing.store(false, Ordering::Release);
+        let full = &*self.full;
+        let mut st = full.state.lock();
         let before = out.len();
         let part = match st.mirror.version() {
-            Some(version) if !st.stale => {
+            Some(version) if !self.stale.load(Ordering::Acquire) => {
                 let now = self.server_now().unwrap_or(i64::MIN);
                 let due = st.mirror.due(now, FIRE_GROUPS_MAX * FIRE_CALLS_PER_ROUND);
                 if due.is_empty() {
-                    out.push(self.slot, &self.head);
+                    out.push(self.slot, &full.head);
                     Part::Head
                 } else {
                     let mut calls = Vec::new();
@@ -353,9 +370,8 @@ impl Job for QueueJob {
                 Part::Read
             }
         };
-        let commands = out.len() - before;
-        self.transfer.commands(out);
-        st.sent = Sent::Full { part, commands };
+        st.sent = Some((part, out.len() - before));
+        full.transfer.commands(out);
     }
 
     fn scripts(&self) -> &[&'static redis::Script] {
@@ -370,25 +386,26 @@ impl Job for QueueJob {
     }
 
     fn on_reply(&self, replies: &[Value]) -> Result<Next, Error> {
-        let mut st = self.state.lock();
-        match std::mem::take(&mut st.sent) {
-            Sent::Nothing => Ok(Next::Idle),
-            Sent::Probe => self.on_probe(&mut st, replies),
-            Sent::Full { part, commands } => {
-                let (mine, rest) = replies.split_at(commands.min(replies.len()));
-                let transfer = self.transfer.on_reply(rest)?;
-                // A reply of the schedules' part that cannot be read must
-                // not hold up the queue's transfer: read again in a while.
-                let schedules = self
-                    .on_schedules(&mut st, part, mine)
-                    .unwrap_or_else(|e| {
-                        tracing::warn!(target: "redwheel::queue", queue = %self.name, error = %e, "could not read the schedules' reply; reading them again in a second");
-                        st.stale = true;
-                        Next::After(Duration::from_secs(1))
-                    });
-                Ok(sooner(transfer, schedules))
-            }
+        if self.probing.load(Ordering::Acquire) {
+            return self.on_probe(replies);
         }
+        let full = &*self.full;
+        let mut st = full.state.lock();
+        let Some((part, commands)) = st.sent.take() else {
+            return Ok(Next::Idle);
+        };
+        let (mine, rest) = replies.split_at(commands.min(replies.len()));
+        let transfer = full.transfer.on_reply(rest)?;
+        // A reply of the schedules' part that cannot be read must not hold
+        // up the queue's transfer: read them again in a while.
+        let schedules = self
+            .on_schedules(&mut st, part, mine)
+            .unwrap_or_else(|e| {
+                tracing::warn!(target: "redwheel::queue", queue = %full.name, error = %e, "could not read the schedules' reply; reading them again in a second");
+                self.stale.store(true, Ordering::Release);
+                Next::After(Duration::from_secs(1))
+            });
+        Ok(sooner(transfer, schedules))
     }
 
     fn sweep(&self) -> bool {
