@@ -7,7 +7,9 @@
 //! by this process's copy, or an `HGET` of the schedules' version to see
 //! whether the copy is current), then `transfer.lua`, so an occurrence
 //! offered by the firing is moved to the ready list by the transfer right
-//! behind it, in the same round trip. A guard sweep sends instead one
+//! behind it, in the same round trip. Many due schedules are fired in
+//! calls of 250, each followed by a transfer, so consumers get the first
+//! occurrences while the later ones are being fired. A guard sweep sends instead one
 //! `HMGET` of the queue's `head` hash: `due` (a lower bound of every due
 //! time and visibility deadline) and `schedules` (the schedules' version
 //! and earliest next occurrence), and runs the full job only when one of
@@ -34,9 +36,15 @@ use crate::runtime::{Commands, Job, Next, Runtime, slot};
 use crate::scripts::{self, FIRE_GROUPS_MAX};
 use crate::telemetry::ScheduleMetrics;
 
-/// Most `schedule_fire.lua` calls in one round (more due schedules run in
-/// the next round).
-const FIRE_CALLS_PER_ROUND: usize = 8;
+/// Schedules per `schedule_fire.lua` call in a round; each call is
+/// followed by a transfer, so the first occurrences are ready (and
+/// consumers are served: Redis reads a pipeline 16 KB at a time) while
+/// the later ones are still being fired.
+const FIRE_CHUNK: usize = 250;
+
+/// Most schedules fired in one round (more due schedules run in the next
+/// round).
+const FIRE_PER_ROUND: usize = 8 * FIRE_GROUPS_MAX;
 
 /// `version` before the copy was first read.
 const UNREAD: u64 = u64::MAX;
@@ -76,9 +84,9 @@ struct Full {
 #[derive(Default)]
 struct State {
     mirror: Mirror,
-    /// What the last full `commands` sent: the schedules' part and how
-    /// many commands it took (the transfer's follow).
-    sent: Option<(Part, usize)>,
+    /// What the last full `commands` sent: the schedules' part, each of
+    /// its commands followed by a transfer.
+    sent: Option<Part>,
 }
 
 enum Part {
@@ -175,7 +183,7 @@ impl QueueJob {
 
     /// Reads the schedules' replies into the copy; when the schedules
     /// want to run next.
-    fn on_schedules(&self, st: &mut State, part: Part, replies: &[Value]) -> Result<Next, Error> {
+    fn on_schedules(&self, st: &mut State, part: Part, replies: &[&Value]) -> Result<Next, Error> {
         let protocol = |what: &str| {
             Error::new(
                 ErrorKind::Protocol,
@@ -207,14 +215,14 @@ impl QueueJob {
             Part::Head => {
                 let (version, _) = replies
                     .first()
-                    .and_then(parse_head)
+                    .and_then(|v| parse_head(v))
                     .ok_or_else(|| protocol("HGET head schedules"))?;
                 if st.mirror.version() != Some(version) {
                     self.stale.store(true, Ordering::Release);
                 }
             }
             Part::Fire(calls) => {
-                for (groups, v) in calls.into_iter().zip(replies) {
+                for (groups, v) in calls.into_iter().zip(replies.iter().copied()) {
                     match parse_fire(v).ok_or_else(|| protocol("schedule_fire.lua"))? {
                         FireReply::Stale { now_ms, .. } => {
                             server_now = Some(now_ms);
@@ -346,11 +354,12 @@ impl Job for QueueJob {
         self.probing.store(false, Ordering::Release);
         let full = &*self.full;
         let mut st = full.state.lock();
-        let before = out.len();
+        // The schedules' part, then the transfer: [read or HGET,
+        // transfer], or [fire, transfer] per chunk of due schedules.
         let part = match st.mirror.version() {
             Some(version) if !self.stale.load(Ordering::Acquire) => {
                 let now = self.server_now().unwrap_or(i64::MIN);
-                let due = st.mirror.due(now, FIRE_GROUPS_MAX * FIRE_CALLS_PER_ROUND);
+                let due = st.mirror.due(now, FIRE_PER_ROUND);
                 if due.is_empty() {
                     out.push(self.slot, &full.head);
                     Part::Head
@@ -358,9 +367,12 @@ impl Job for QueueJob {
                     let mut calls = Vec::new();
                     let mut due = due.into_iter().peekable();
                     while due.peek().is_some() {
-                        let groups: Vec<Group> = due.by_ref().take(FIRE_GROUPS_MAX).collect();
+                        let groups: Vec<Group> = due.by_ref().take(FIRE_CHUNK).collect();
                         out.push(self.slot, &self.fire_command(version, &groups));
                         calls.push(groups);
+                        if due.peek().is_some() {
+                            full.transfer.commands(out);
+                        }
                     }
                     Part::Fire(calls)
                 }
@@ -370,8 +382,8 @@ impl Job for QueueJob {
                 Part::Read
             }
         };
-        st.sent = Some((part, out.len() - before));
         full.transfer.commands(out);
+        st.sent = Some(part);
     }
 
     fn scripts(&self) -> &[&'static redis::Script] {
@@ -391,15 +403,20 @@ impl Job for QueueJob {
         }
         let full = &*self.full;
         let mut st = full.state.lock();
-        let Some((part, commands)) = st.sent.take() else {
+        let Some(part) = st.sent.take() else {
             return Ok(Next::Idle);
         };
-        let (mine, rest) = replies.split_at(commands.min(replies.len()));
-        let transfer = full.transfer.on_reply(rest)?;
+        // [schedules' command, transfer] pairs.
+        let mut transfer = Next::Idle;
+        let mut mine = Vec::with_capacity(replies.len() / 2);
+        for pair in replies.chunks(2) {
+            mine.push(&pair[0]);
+            transfer = sooner(transfer, full.transfer.on_reply(&pair[1..])?);
+        }
         // A reply of the schedules' part that cannot be read must not hold
         // up the queue's transfer: read them again in a while.
         let schedules = self
-            .on_schedules(&mut st, part, mine)
+            .on_schedules(&mut st, part, &mine)
             .unwrap_or_else(|e| {
                 tracing::warn!(target: "redwheel::queue", queue = %full.name, error = %e, "could not read the schedules' reply; reading them again in a second");
                 self.stale.store(true, Ordering::Release);
