@@ -9,17 +9,19 @@
 //! offered by the firing is moved to the ready list by the transfer right
 //! behind it, in the same round trip. Many due schedules are fired in
 //! calls of 250, each followed by a transfer, so consumers get the first
-//! occurrences while the later ones are being fired. A guard sweep sends instead one
-//! `HMGET` of the queue's `head` hash: `due` (a lower bound of every due
-//! time and visibility deadline) and `schedules` (the schedules' version
-//! and earliest next occurrence), and runs the full job only when one of
-//! them is due or the copy is out of date; otherwise it arms the job at
-//! the earliest of them. So an idle queue costs one `HMGET` per guard
-//! interval, while a
-//! lost wake-up or a dead process still never strands work for longer
-//! than the interval: every script that adds a due time, a deadline or a
-//! schedule lowers those keys in the same step.
+//! occurrences while the later ones are being fired.
+//!
+//! A guard sweep sends instead one `HMGET` of the queue's `head` hash:
+//! `due` (a lower bound of every due time and visibility deadline) and
+//! `schedules` (the schedules' version and earliest next occurrence), and
+//! runs the full job only when one of them is due or the copy is out of
+//! date; otherwise it arms the job at the earliest of them. So an idle
+//! queue costs one `HMGET` per guard interval, while a lost wake-up or a
+//! dead process still never strands work for longer than the interval:
+//! every script that adds a due time, a deadline or a schedule lowers
+//! those fields in the same step.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
@@ -276,8 +278,11 @@ impl QueueJob {
         now_ms: i64,
         refused: &[(String, Option<i64>)],
     ) {
+        // Refused groups are many when processes race for the same firing.
+        let refused: HashMap<&str, Option<i64>> =
+            refused.iter().map(|(n, at)| (n.as_str(), *at)).collect();
         for g in groups {
-            if let Some((_, stored)) = refused.iter().find(|(n, _)| *n == g.name) {
+            if let Some(stored) = refused.get(g.name.as_str()) {
                 st.mirror.advance(&g.name, *stored);
                 continue;
             }
@@ -425,9 +430,8 @@ impl Job for QueueJob {
         Ok(sooner(transfer, schedules))
     }
 
-    fn sweep(&self) -> bool {
+    fn sweep(&self) {
         self.probe_next.store(true, Ordering::Release);
-        true
     }
 
     fn run_in_full(&self) {

@@ -223,9 +223,9 @@ fn compact_armed(st: &mut State) {
     st.armed.rebuild(live);
 }
 
-/// Puts the entry at `index` in the next round unless it is there already.
-/// True if it was added.
-/// The job runs in full (a probe a sweep asked for, if any, is dropped).
+/// Puts the entry at `index` in the next round unless it is there already,
+/// to run in full (a probe a sweep asked for, if any, is dropped). True if
+/// it was added.
 pub(super) fn mark_due(st: &mut State, index: usize) -> bool {
     match st.entries.get_mut(index) {
         Some(entry) => {

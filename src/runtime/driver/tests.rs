@@ -652,9 +652,8 @@ impl Job for ProbingJob {
         })
     }
 
-    fn sweep(&self) -> bool {
+    fn sweep(&self) {
         self.probe_next.store(true, Ordering::SeqCst);
-        true
     }
 
     fn run_in_full(&self) {
