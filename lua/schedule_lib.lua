@@ -18,8 +18,9 @@
 --                                          field `due`, head.lua)
 --
 -- The version counts changes to the set (create, replace, pause, resume, remove), never
--- firings: each process keeps a copy of the definitions and brings it up to date from
--- `changes` when the version moves (schedule_read.lua).
+-- firings, from a start taken from the clock (sched_next_version): each process keeps a copy
+-- of the definitions and brings it up to date from `changes` when the version moves
+-- (schedule_read.lua).
 
 -- Changes kept in `changes`: a process whose copy is older reads every schedule again.
 local KEEP = 10000
@@ -37,6 +38,18 @@ local function sched_version(head)
     return 0
   end
   return tonumber(string.match(h, '^(%d+)'))
+end
+
+-- The version a change writes: one more than the current one; the first one is the server's
+-- TIME in µs, so that a process whose copy was read before Redis lost its data (a restart
+-- without persistence, a failover to an empty replica) never finds its old version again.
+local function sched_next_version(head)
+  local v = sched_version(head)
+  if v == 0 then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return v + 1
 end
 
 -- Writes `head` for `version`, with the earliest next occurrence of `next`.

@@ -35,7 +35,7 @@ if ARGV[2] == 'p' then
   if paused == '1' then
     return { 0, now }
   end
-  version = sched_version(KEYS[5]) + 1
+  version = sched_next_version(KEYS[5])
   redis.call('HSET', KEYS[1], name, string.format('%d', version) .. ':1:' .. def)
   redis.call('ZREM', KEYS[2], name)
 else
@@ -48,7 +48,7 @@ else
   if not sched_may_start(KEYS[3], name, tonumber(ARGV[4]), now) then
     return { -3, now }
   end
-  version = sched_version(KEYS[5]) + 1
+  version = sched_next_version(KEYS[5])
   redis.call('HSET', KEYS[1], name, string.format('%d', version) .. ':0:' .. def)
   if ARGV[5] ~= '' then
     redis.call('ZADD', KEYS[2], ARGV[5], name)

@@ -20,7 +20,7 @@ end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-local version = sched_version(KEYS[6]) + 1
+local version = sched_next_version(KEYS[6])
 sched_changed(KEYS[5], ARGV[1], version)
 sched_set_head(KEYS[6], KEYS[3], version)
 redis.call('SPUBLISH', KEYS[7], 's')

@@ -49,7 +49,7 @@ end
 if not sched_may_start(KEYS[4], name, tonumber(ARGV[4]), now) then
   return { -1, now }
 end
-local version = sched_version(KEYS[6]) + 1
+local version = sched_next_version(KEYS[6])
 redis.call('HSET', KEYS[1], name, string.format('%d', version) .. ':' .. paused .. ':' .. ARGV[2])
 redis.call('HSET', KEYS[2], name, ARGV[3])
 if paused == '0' and ARGV[5] ~= '' then

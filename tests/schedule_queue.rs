@@ -309,3 +309,38 @@ fn a_replaced_definition_takes_over_what_the_old_one_still_owed() {
         assert_eq!(m.payload(), "new");
     }
 }
+
+#[test]
+fn a_process_whose_copy_predates_a_redis_data_loss_reads_the_schedules_again() {
+    let server = RedisServer::start();
+    let all = CatchUp::All { max: 100 };
+    let one = Schedule::every(Duration::from_millis(100)).catch_up(all);
+    assert_eq!(
+        set_raw(&server, "lost", "x", &one, "one", server.time_ms()).0,
+        1
+    );
+    // A process has the queue open: its copy holds the first definition.
+    let rw = server.connect();
+    let q = rw.queue::<String>("lost").unwrap();
+    assert_eq!(take_n(&q, &server, 1)[0].0.payload(), "one");
+    // Redis loses everything; the schedule is declared anew, as the first
+    // change of an empty set again.
+    server.cmd(&["FLUSHALL"]);
+    let two = Schedule::every(Duration::from_millis(170)).catch_up(all);
+    let declared = server.time_ms();
+    assert_eq!(set_raw(&server, "lost", "x", &two, "two", declared).0, 1);
+    // Whatever it offers from then on follows the new definition.
+    for (m, _) in take_n(&q, &server, 6) {
+        let (_, at) = parse_occurrence_id(m.id().as_str()).unwrap();
+        if ms(at) <= declared {
+            continue; // fired before the loss, taken after it
+        }
+        assert_eq!(m.payload(), "two", "{}", m.id());
+        assert_eq!(
+            ms(at) % 170,
+            0,
+            "{} is not an occurrence of the new definition",
+            m.id()
+        );
+    }
+}
