@@ -57,23 +57,21 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redwheel::{Queue, QueueOptions, Redwheel};
 
+#[path = "support/measure.rs"]
+mod measure;
 #[path = "support/splitmix.rs"]
 mod splitmix;
 #[path = "support/throwaway_cluster.rs"]
 mod throwaway_cluster;
 #[path = "support/throwaway_redis.rs"]
 mod throwaway_redis;
+use measure::{percentile, process_cpu, server_totals};
 use splitmix::SplitMix64;
 use throwaway_cluster::ThrowawayCluster;
 use throwaway_redis::ThrowawayRedis;
 
 fn payload() -> String {
     "p".repeat(64)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p * sorted.len() as f64).ceil() as usize).max(1);
-    sorted[rank - 1]
 }
 
 fn q1(rw: &Redwheel, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
@@ -520,8 +518,6 @@ fn q5(
     Ok(())
 }
 
-/// CPU time this process used so far (user + system), from
-/// `/proc/self/stat` (clock ticks of 10 ms).
 /// Redis memory per waiting message (see the module docs).
 fn mem(rw: &Redwheel, url: &str, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
     let n = 100_000;
@@ -555,31 +551,6 @@ fn mem(rw: &Redwheel, url: &str, rep: usize) -> Result<(), Box<dyn std::error::E
     Ok(())
 }
 
-fn process_cpu() -> Result<Duration, Box<dyn std::error::Error>> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    // Fields after the command name (which ends with ')'): utime is the
-    // 12th, stime the 13th.
-    let rest = &stat[stat.rfind(')').ok_or("bad /proc/self/stat")? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    Ok(Duration::from_millis(ticks * 10))
-}
-
-/// `INFO` field `name` as a number.
-fn info_field(
-    con: &mut redis::Connection,
-    section: &str,
-    name: &str,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let info: String = redis::cmd("INFO").arg(section).query(con)?;
-    let prefix = format!("{name}:");
-    let value = info
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .ok_or_else(|| format!("no {name} in INFO {section}"))?;
-    Ok(value.trim().parse()?)
-}
-
 fn q6(
     rw: &Redwheel,
     urls: &[String],
@@ -606,17 +577,7 @@ fn q6(
             cons.push(con);
         }
     }
-    let totals =
-        |cons: &mut Vec<redis::Connection>| -> Result<(f64, f64), Box<dyn std::error::Error>> {
-            let (mut cmds, mut cpu) = (0.0, 0.0);
-            for con in cons.iter_mut() {
-                cmds += info_field(con, "stats", "total_commands_processed")?;
-                cpu += info_field(con, "cpu", "used_cpu_user")?
-                    + info_field(con, "cpu", "used_cpu_sys")?;
-            }
-            Ok((cmds, cpu))
-        };
-    let (cmds0, redis_cpu0) = totals(&mut cons)?;
+    let (cmds0, redis_cpu0) = server_totals(&mut cons)?;
     let rounds0 = rw.driver_stats();
     let cpu0 = process_cpu()?;
     let t0 = Instant::now();
@@ -624,7 +585,7 @@ fn q6(
     let cpu = process_cpu()? - cpu0;
     let wall = t0.elapsed().as_secs_f64();
     let rounds = rw.driver_stats();
-    let (cmds1, redis_cpu1) = totals(&mut cons)?;
+    let (cmds1, redis_cpu1) = server_totals(&mut cons)?;
     // Our own INFO calls: 3 per server per reading.
     let cmds = cmds1 - cmds0 - 3.0 * cons.len() as f64;
     let servers = cons.len().max(1) as f64;

@@ -300,10 +300,15 @@ impl Target {
 fn fault_patterns() -> Vec<Vec<u8>> {
     let sha = |source: &str| redis::Script::new(source).get_hash().as_bytes().to_vec();
     let ready_pop = include_str!("../lua/ready_pop.lua");
+    // Scripts that add a due time or a deadline start with head.lua.
+    let head = include_str!("../lua/head.lua");
     vec![
-        sha(include_str!("../lua/offer.lua")),
-        sha(include_str!("../lua/offer_batch.lua")),
-        sha(&format!("{ready_pop}{}", include_str!("../lua/claim.lua"))),
+        sha(&format!("{head}{}", include_str!("../lua/offer.lua"))),
+        sha(&format!("{head}{}", include_str!("../lua/offer_batch.lua"))),
+        sha(&format!(
+            "{head}{ready_pop}{}",
+            include_str!("../lua/claim.lua")
+        )),
         sha(include_str!("../lua/ack.lua")),
         sha(include_str!("../lua/transfer.lua")),
         sha(include_str!("../lua/lock_acquire.lua")),

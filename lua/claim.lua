@@ -10,6 +10,7 @@
 -- KEYS[6]  redwheel:{N}:counts    HASH  'delivered' -> messages handed out so far (take and claim)
 -- KEYS[7]  redwheel:{N}:stale     HASH  id -> entries of `ready` left by removed messages
 -- KEYS[8]  redwheel:{N}:reply:<process>.<slot>  HASH  this request's reply record (TTL)
+-- KEYS[9]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- ARGV[1]  visibility in ms (>= 1), counted from the server's TIME
 -- ARGV[2]  a token prefix, unique to this request (the client's)
 -- ARGV[3]  count: the most messages to claim (0..1000; 0 only acks)
@@ -109,6 +110,7 @@ while claimed < count and skipped < 100 do
 end
 if claimed > 0 then
   redis.call('HINCRBY', KEYS[6], 'delivered', claimed)
+  lower_head(KEYS[9], deadline)
 end
 if claimed > 0 or acked > 0 or refused > 0 then
   remember(KEYS[8], record, ARGV[5])

@@ -9,6 +9,7 @@
 -- KEYS[6]  redwheel:{N}:dead      ZSET  id -> when it died
 -- KEYS[7]  redwheel:{N}:reason    HASH  id -> why it died
 -- KEYS[8]  redwheel:{N}:wake      shard channel (SPUBLISHed to when it becomes the head)
+-- KEYS[9]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- ARGV[1]  the message id
 -- ARGV[2]  the token of the claim being given back
 -- ARGV[3]  the delay before the next delivery, in ms (>= 0)
@@ -41,6 +42,7 @@ local due = now + tonumber(ARGV[3])
 local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[5], due, ARGV[1])
 if head[2] == nil or due < tonumber(head[2]) then
+  lower_head(KEYS[9], due)
   redis.call('SPUBLISH', KEYS[8], string.format('%d', due))
 end
 return 1

@@ -4,6 +4,7 @@
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
 --                                 cluster knows the script's slot)
+-- KEYS[4]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME)
 --          or 'a' (ARGV[2] is an absolute due in epoch ms; a past one is clamped to now)
 -- ARGV[2]  the delay or the due time, a non-negative integer in decimal
@@ -19,7 +20,7 @@
 -- transferred; both are written together. Due times never come from a client clock
 -- for relative delays. `wake` carries the due time only when it is earlier than every
 -- due already waiting (the message became the head), so transfer tasks learn about
--- earlier heads, never later ones. O(log n).
+-- earlier heads, never later ones; `head` is lowered to it likewise. O(log n).
 if redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
   return -1
 end
@@ -39,6 +40,8 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], dues, ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[3], dues .. ':' .. ARGV[4])
 if head[2] == nil or due < tonumber(head[2]) then
+  -- (A due later than the delayed head is above the lower bound already.)
+  lower_head(KEYS[4], due)
   redis.call('SPUBLISH', KEYS[3], dues)
 end
 return due

@@ -5,6 +5,7 @@
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
 --                                 cluster knows the script's slot)
+-- KEYS[4]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- ARGV[1]  'r' (each time below is a delay in ms, added to the server's TIME) or 'a' (each
 --          is an absolute due in epoch ms; past ones are clamped to now)
 -- ARGV[2]  'k' (ids are the caller's: keep a known id as it is, and reply per message) or
@@ -78,6 +79,7 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], unpack(zargs))
 redis.call('HSET', KEYS[2], unpack(hargs))
 if head[2] == nil or min_due < tonumber(head[2]) then
+  lower_head(KEYS[4], min_due)
   redis.call('SPUBLISH', KEYS[3], string.format('%d', min_due))
 end
 return reply

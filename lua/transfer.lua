@@ -11,6 +11,9 @@
 -- KEYS[6]  redwheel:{N}:attempts  HASH  id -> deliveries so far
 -- KEYS[7]  redwheel:{N}:dead      ZSET  id -> when it died (ms)
 -- KEYS[8]  redwheel:{N}:reason    HASH  id -> why it died
+-- KEYS[9]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline
+--                                 (head.lua), set here to the exact earliest one left, or
+--                                 deleted
 -- ARGV[1]  batch: the most ids to move, and to expire (1..4000; Lua's unpack limit is 8,000)
 -- ARGV[2]  max_deliveries (>= 1)
 --
@@ -33,7 +36,9 @@
 -- any number of processes may run this at once without duplicates. A claim expires only
 -- when its deadline <= now; its lease goes with it, so a late ack or nack of that claim is
 -- refused. An expired claim whose message is gone (acked or removed meanwhile) leaves no
--- trace. Cost: O(log n + batch); nothing is scanned.
+-- trace. `head`'s `due` is exact after a call that leaves less than a batch due (with a full batch
+-- it stays as it was, at or before now, and the client runs again at once). Cost:
+-- O(log n + batch); nothing is scanned.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local batch = tonumber(ARGV[1])
@@ -83,8 +88,10 @@ if lhead[2] and (not next_at or tonumber(lhead[2]) < next_at) then
   next_at = tonumber(lhead[2])
 end
 if not next_at then
+  redis.call('HDEL', KEYS[9], 'due')
   return reply(-(moved + 1))
 end
+redis.call('HSET', KEYS[9], 'due', string.format('%d', next_at))
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local wait_us = math.min(3600000000, math.max(1, next_at * 1000 - now_us))
 return reply(moved + 8192 * wait_us)

@@ -118,8 +118,7 @@
 //! previews runs, [`plan`](schedule::Schedule::plan) says what a catch-up
 //! policy fires after downtime, and [`definition`](schedule::Schedule::definition)
 //! is the stable text it is stored and compared as. The zone database is
-//! bundled, so every process of one build agrees. (Schedules are not yet
-//! attached to queues.)
+//! bundled, so every process of one build agrees.
 //!
 //! ```
 //! use std::time::{Duration, UNIX_EPOCH};
@@ -129,6 +128,24 @@
 //! // 29 March 2026: 02:30 does not exist in Berlin; it runs at 03:00 CEST.
 //! let t = UNIX_EPOCH + Duration::from_secs(1_774_742_400); // 2026-03-29T00:00:00Z
 //! assert_eq!(nightly.next_after(t), Some(UNIX_EPOCH + Duration::from_secs(1_774_746_000)));
+//! # Ok::<(), redwheel::Error>(())
+//! ```
+//!
+//! Put on a queue with [`Queue::schedule`], each occurrence becomes one
+//! message of the queue, due at the occurrence and offered exactly once
+//! however many processes have the queue open (see "Recurring schedules"
+//! in [`queue`]):
+//!
+//! ```no_run
+//! use redwheel::Redwheel;
+//! use redwheel::schedule::Schedule;
+//!
+//! let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+//! let q = rw.queue::<String>("reports")?;
+//! let nightly = Schedule::cron("0 3 * * *")?.time_zone("Europe/Berlin")?;
+//! q.schedule("nightly", &nightly, &"build the report".to_string())?; // every process may declare it
+//! let m = q.take()?;                                                  // at 03:00 Berlin time
+//! assert_eq!(m.payload(), "build the report");
 //! # Ok::<(), redwheel::Error>(())
 //! ```
 //!
@@ -153,7 +170,7 @@
 //!   `RedwheelOptions::tls_root_certificate` trusts a private CA.
 //! * `cli`: the `redwheel` operator tool (`cargo install --path .
 //!   --features cli`): stats, peek, dead letters, requeue, remove, offer,
-//!   a live `watch` and locks, as tables or JSON. What it reads is library
+//!   a live `watch`, locks and schedules, as tables or JSON. What it reads is library
 //!   API too (`queue::inspect`, `lock::inspect`), with or without the
 //!   feature.
 

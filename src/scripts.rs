@@ -9,13 +9,23 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `lua/offer.lua`: one delayed message.
-pub(crate) static OFFER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/offer.lua")));
+/// `lua/offer.lua`: one delayed message (after `lua/head.lua`, as every
+/// script that adds a due time or a deadline).
+pub(crate) static OFFER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/offer.lua")
+    ))
+});
 
-/// `lua/offer_batch.lua`: up to [`BATCH_OFFER_MAX`] delayed messages.
-pub(crate) static OFFER_BATCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/offer_batch.lua")));
+/// `lua/offer_batch.lua`: up to [`BATCH_OFFER_MAX`] delayed messages
+/// (after `lua/head.lua`).
+pub(crate) static OFFER_BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/offer_batch.lua")
+    ))
+});
 
 /// `lua/transfer.lua`: moves due ids from `delayed` to `ready`.
 pub(crate) static TRANSFER: LazyLock<Script> =
@@ -43,9 +53,11 @@ pub(crate) static PARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/park.lua")));
 
 /// `lua/claim.lua`: claims ready messages under a visibility deadline
-/// (after `lua/ready_pop.lua`, which it shares with take).
+/// (after `lua/head.lua`, and `lua/ready_pop.lua`, which it shares with
+/// take).
 pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/head.lua"),
         include_str!("../lua/ready_pop.lua"),
         include_str!("../lua/claim.lua")
     ))
@@ -55,13 +67,23 @@ pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 pub(crate) static ACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/ack.lua")));
 
-/// `lua/nack.lua`: gives a claimed message back (or to the dead letters).
-pub(crate) static NACK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/nack.lua")));
+/// `lua/nack.lua`: gives a claimed message back (or to the dead letters;
+/// after `lua/head.lua`).
+pub(crate) static NACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/nack.lua")
+    ))
+});
 
-/// `lua/extend.lua`: moves a claim's visibility deadline.
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/extend.lua")));
+/// `lua/extend.lua`: moves a claim's visibility deadline (after
+/// `lua/head.lua`).
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/extend.lua")
+    ))
+});
 
 /// `lua/dead.lua`: reads dead letters.
 pub(crate) static DEAD: LazyLock<Script> =
@@ -94,6 +116,53 @@ pub(crate) static LOCK_RENEW: LazyLock<Script> =
 /// `lua/lock_force_release.lua`: releases a lock whoever holds it.
 pub(crate) static LOCK_FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/lock_force_release.lua")));
+
+/// `lua/schedule_set.lua`: creates or replaces a schedule (after
+/// `lua/schedule_lib.lua`, as every schedule script).
+pub(crate) static SCHEDULE_SET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_set.lua")
+    ))
+});
+
+/// `lua/schedule_remove.lua`: deletes a schedule.
+pub(crate) static SCHEDULE_REMOVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_remove.lua")
+    ))
+});
+
+/// `lua/schedule_pause.lua`: pauses or resumes a schedule.
+pub(crate) static SCHEDULE_PAUSE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_pause.lua")
+    ))
+});
+
+/// `lua/schedule_read.lua`: reads the schedules, or those changed since a
+/// version.
+pub(crate) static SCHEDULE_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_read.lua")
+    ))
+});
+
+/// `lua/schedule_fire.lua`: offers due occurrences and advances their
+/// schedules (after `lua/head.lua` and `lua/schedule_lib.lua`).
+pub(crate) static SCHEDULE_FIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_fire.lua")
+    ))
+});
+
+/// Most schedules one `schedule_fire.lua` call advances.
+pub(crate) const FIRE_GROUPS_MAX: usize = 1_000;
 
 /// Most messages one `offer_batch.lua` call carries (3 ARGV each; Lua's
 /// `unpack` stops at 8,000 values).

@@ -30,6 +30,9 @@
 //! | `redwheel_queue_messages` | gauge, also label `state` = `delayed`, `ready`, `in_flight`, `dead` | messages in each state, set whenever [`Queue::stats`](crate::Queue::stats) runs |
 //! | `redwheel_queue_oldest_overdue_seconds` | gauge | how long the oldest due message not yet handed to a consumer has been due (0 when none), set whenever `Queue::stats` runs |
 //! | `redwheel_delivery_lateness_seconds` | histogram | per message delivered for the first time (by `take`, or a claim of attempt 1): delivery time (Redis server clock, by this process's estimate) − due time. Redeliveries are left out: they keep their first due time |
+//! | `redwheel_schedule_occurrences_fired_total` | counter | occurrences of the queue's recurring schedules that this process offered (each occurrence is offered by one process) |
+//! | `redwheel_schedule_occurrences_skipped_total` | counter | due occurrences this process's firing dropped by the schedule's catch-up policy (after downtime) |
+//! | `redwheel_schedule_firing_lateness_seconds` | histogram | per occurrence this process offered: the Redis server's `TIME` when the firing script ran − the occurrence |
 //!
 //! The backlog gauges are only as fresh as the last `stats()` call: have
 //! the exporter's scrape handler call it, or call it on an interval (the
@@ -85,6 +88,12 @@ pub(crate) const QUEUE_MESSAGES: &str = "redwheel_queue_messages";
 pub(crate) const OLDEST_OVERDUE: &str = "redwheel_queue_oldest_overdue_seconds";
 /// `redwheel_delivery_lateness_seconds`.
 pub(crate) const LATENESS: &str = "redwheel_delivery_lateness_seconds";
+/// `redwheel_schedule_occurrences_fired_total`.
+pub(crate) const SCHEDULE_FIRED: &str = "redwheel_schedule_occurrences_fired_total";
+/// `redwheel_schedule_occurrences_skipped_total`.
+pub(crate) const SCHEDULE_SKIPPED: &str = "redwheel_schedule_occurrences_skipped_total";
+/// `redwheel_schedule_firing_lateness_seconds`.
+pub(crate) const SCHEDULE_LATENESS: &str = "redwheel_schedule_firing_lateness_seconds";
 /// `redwheel_wheel_pending_timeouts`.
 pub(crate) const WHEEL_PENDING: &str = "redwheel_wheel_pending_timeouts";
 /// `redwheel_wheel_tick_lag_seconds`.
@@ -238,6 +247,21 @@ pub(crate) fn describe() {
                 Unit::Seconds,
                 "Delivery time (Redis clock estimate) minus due time, per delivered message."
             );
+            describe_counter!(
+                SCHEDULE_FIRED,
+                Unit::Count,
+                "Occurrences of recurring schedules offered by this process."
+            );
+            describe_counter!(
+                SCHEDULE_SKIPPED,
+                Unit::Count,
+                "Due occurrences of recurring schedules dropped by their catch-up policy."
+            );
+            describe_histogram!(
+                SCHEDULE_LATENESS,
+                Unit::Seconds,
+                "Redis server time when an occurrence was offered minus the occurrence."
+            );
             describe_gauge!(
                 WHEEL_PENDING,
                 Unit::Count,
@@ -272,6 +296,26 @@ pub(crate) fn describe() {
             );
             describe_counter!(LOCK_LOST, Unit::Count, "Lock holds lost.");
         });
+    }
+}
+
+/// The metric handles of one queue's recurring schedules, looked up once
+/// when the queue is opened.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct ScheduleMetrics {
+    pub fired: Counter,
+    pub skipped: Counter,
+    pub lateness: Histogram,
+}
+
+impl ScheduleMetrics {
+    pub(crate) fn new(queue: &str) -> ScheduleMetrics {
+        let q = [("queue", queue)];
+        ScheduleMetrics {
+            fired: Counter::new(SCHEDULE_FIRED, &q),
+            skipped: Counter::new(SCHEDULE_SKIPPED, &q),
+            lateness: Histogram::new(SCHEDULE_LATENESS, &q),
+        }
     }
 }
 

@@ -353,7 +353,7 @@ fn an_old_attempt_of_an_earlier_claim_claims_nothing_and_a_resend_counts_no_atte
         let resp = env.server.cmd(&[
             "EVAL",
             scripts::CLAIM,
-            "8",
+            "9",
             "redwheel:{q}:ready",
             "redwheel:{q}:msg",
             "redwheel:{q}:inflight",
@@ -362,6 +362,7 @@ fn an_old_attempt_of_an_earlier_claim_claims_nothing_and_a_resend_counts_no_atte
             "redwheel:{q}:counts",
             "redwheel:{q}:stale",
             "redwheel:{q}:reply:test.0",
+            "redwheel:{q}:head",
             vis,
             "tok",
             "1",

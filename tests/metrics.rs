@@ -503,3 +503,51 @@ fn the_endpoint_answers_other_paths_with_404() {
     let (status, _) = metrics_http::get(http.addr(), "/other").unwrap();
     assert_eq!(status, 404);
 }
+
+#[test]
+fn schedule_firings_count_what_fired_and_what_the_catch_up_skipped_with_their_lateness() {
+    use redwheel::schedule::Schedule;
+    use std::time::UNIX_EPOCH;
+    within(HANG, || {
+        let server = RedisServer::start();
+        let http = endpoint();
+        let label = [("queue", "m-sched")];
+        let before = Scrape::of(&http);
+        // Declared by a process that leaves before the first occurrence:
+        // ten occurrences pass with nobody running.
+        let start = server.time_ms() + 300;
+        let s = Schedule::every(Duration::from_millis(100))
+            .starting_at(UNIX_EPOCH + Duration::from_millis(start))
+            .until(UNIX_EPOCH + Duration::from_millis(start + 900));
+        let early = connect(&server);
+        early
+            .queue::<String>("m-sched")
+            .unwrap()
+            .schedule("s", &s, &"x".to_string())
+            .unwrap();
+        early.shutdown(Duration::from_secs(5)).unwrap();
+        while server.time_ms() < start + 1_000 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // A process comes back: the default catch-up fires the latest.
+        let rw = connect(&server);
+        let q = rw.queue::<String>("m-sched").unwrap();
+        let m = q.poll(WAIT).unwrap().expect("the latest occurrence");
+        assert_eq!(m.id().as_str(), format!("sched:s:{}", start + 900));
+        let after = scrape_when(
+            &http,
+            &before,
+            "redwheel_schedule_occurrences_fired_total",
+            &label,
+            1.0,
+        );
+        let moved = |name| delta(&before, &after, name, &label);
+        assert_eq!(moved("redwheel_schedule_occurrences_skipped_total"), 9.0);
+        assert_eq!(
+            moved("redwheel_schedule_firing_lateness_seconds_count"),
+            1.0
+        );
+        // Late by at least the 100 ms it waited after the last occurrence.
+        assert!(moved("redwheel_schedule_firing_lateness_seconds_sum") >= 0.1);
+    });
+}

@@ -112,6 +112,20 @@ fn exercise(rw: &Redwheel) {
     consumer.shutdown(Duration::from_secs(10)).unwrap();
     assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 1);
     r.clear().unwrap();
+
+    // Recurring schedules: declare, fire, list, pause, resume, remove.
+    let s = rw.queue::<String>("acl-schedules").unwrap();
+    let every = redwheel::schedule::Schedule::every(Duration::from_millis(20));
+    s.schedule("tick", &every, &"t".to_string()).unwrap();
+    within(HANG, {
+        let s = s.clone();
+        move || s.take().unwrap()
+    });
+    assert_eq!(s.schedules().unwrap().len(), 1);
+    assert_eq!(rw.inspect_schedules("acl-schedules").unwrap().len(), 1);
+    assert!(s.pause_schedule("tick").unwrap());
+    assert!(s.resume_schedule("tick").unwrap());
+    assert!(s.unschedule("tick").unwrap());
 }
 
 #[test]

@@ -147,6 +147,7 @@ impl<T: Codec> Queue<T> {
             keys.counts.as_str(),
             keys.stale.as_str(),
             record.as_str(),
+            keys.head.as_str(),
         ];
         let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
         let vis = visibility_ms.to_string();

@@ -202,6 +202,7 @@ impl<T: Codec> Delivery<T> {
                 scripts::EXTEND
                     .key(&keys.inflight)
                     .key(&keys.lease)
+                    .key(&keys.head)
                     .arg(self.id.as_str())
                     .arg(&self.token)
                     .arg(ms)
@@ -250,7 +251,7 @@ impl<T: Codec> Queue<T> {
 
 /// `nack.lua`'s keys, in its order (ARGV: id, token, delay ms,
 /// max_deliveries, why). Every sender of the script takes them from here.
-pub(crate) fn nack_keys(keys: &Keys) -> [&str; 8] {
+pub(crate) fn nack_keys(keys: &Keys) -> [&str; 9] {
     [
         &keys.inflight,
         &keys.lease,
@@ -260,6 +261,7 @@ pub(crate) fn nack_keys(keys: &Keys) -> [&str; 8] {
         &keys.dead,
         &keys.reason,
         &keys.wake,
+        &keys.head,
     ]
 }
 

@@ -37,6 +37,19 @@ pub(crate) struct Keys {
     /// `redwheel:{N}:reply:`, the start of the reply records of take and
     /// claim requests (`queue/request.rs`).
     reply_prefix: String,
+    /// HASH: `due`, a lower bound of every score in `delayed` and
+    /// `inflight` (`lua/head.lua`); `schedules`, the schedules' version and
+    /// earliest next occurrence (`lua/schedule_lib.lua`). The guard
+    /// sweep's probe reads both.
+    pub head: String,
+    /// The queue's recurring schedules (`lua/schedule_lib.lua` says what
+    /// each holds): definitions, payloads, next occurrences, last fired,
+    /// changes by version.
+    pub schedules: String,
+    pub schedules_payload: String,
+    pub schedules_next: String,
+    pub schedules_last: String,
+    pub schedules_changes: String,
 }
 
 impl Keys {
@@ -55,6 +68,12 @@ impl Keys {
             counts: k("counts"),
             stale: k("stale"),
             reply_prefix: k("reply:"),
+            head: k("head"),
+            schedules: k("schedules"),
+            schedules_payload: k("schedules:payload"),
+            schedules_next: k("schedules:next"),
+            schedules_last: k("schedules:last"),
+            schedules_changes: k("schedules:changes"),
         }
     }
 

@@ -8,11 +8,14 @@
 //!
 //! # Redis layout (queue `N`)
 //!
-//! Eleven keys, `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`,
-//! `:lease`, `:attempts`, `:dead`, `:reason`, `:counts`, `:stale` and the
-//! `:wake` channel, plus the short-lived reply records of take and claim
-//! calls (`:reply:<process>.<slot>`), all under the hash tag `{N}`, so
-//! every script of a queue touches one cluster slot. What each holds and which scripts write
+//! Twelve keys, `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`,
+//! `:lease`, `:attempts`, `:dead`, `:reason`, `:counts`, `:stale`, `:head`
+//! and the `:wake` channel, five more for recurring schedules
+//! (`:schedules`, `:schedules:payload`, `:schedules:next`,
+//! `:schedules:last`, `:schedules:changes`), and the short-lived reply
+//! records of take and claim calls (`:reply:<process>.<slot>`), all under
+//! the hash tag `{N}`, so every script of a queue touches one cluster slot.
+//! What each holds and which scripts write
 //! it is in the one table of the repository's `ARCHITECTURE.md` ("Redis
 //! keys and scripts").
 //!
@@ -51,7 +54,51 @@
 //! * **Latency**: each [`Redwheel`] keeps one wheel timeout per queue at the
 //!   head's due time, replaced only by an earlier head announced on the wake
 //!   channel; a guard sweep (default every second) covers a lost wake-up or
-//!   a dead process.
+//!   a dead process. The sweep reads one small key per queue (a lower
+//!   bound of its due times and deadlines, kept by every script that adds
+//!   one) and runs the transfer only when that is due.
+//!
+//!
+//! # Recurring schedules
+//!
+//! [`Queue::schedule`]`(name, &schedule, &payload)` puts a
+//! [`Schedule`](crate::schedule::Schedule) (a cron expression in a time
+//! zone, or a fixed period) on the queue: each of its occurrences becomes
+//! one message of the queue carrying `payload`, due at the occurrence,
+//! consumed like any other (take, claim, consume), with the id
+//! `sched:<name>:<occurrence in epoch ms>`.
+//!
+//! * **Exactly once per occurrence.** Every process that has the queue
+//!   open fires its schedules (one driver job per queue, armed at the
+//!   earliest next occurrence); an occurrence is offered by the one script
+//!   call that also moves its schedule's stored next occurrence past it,
+//!   and only from the value that call's plan was made from. So any number
+//!   of processes, a retry after [`ErrorKind::OutcomeUnknown`], a process
+//!   killed at any instant, or a Redis restart with `appendfsync always`
+//!   never offers an occurrence twice, and each occurrence is offered as
+//!   soon as one process runs. (A Redis failover can replay the last
+//!   firing a replica had not received, as it can any write.)
+//! * **Server time.** Occurrences are judged by the Redis server's `TIME`;
+//!   a process's clock estimate only arms its wheel, and a firing planned
+//!   early is refused by the script.
+//! * **Downtime.** Occurrences that passed while no process ran are
+//!   settled by the schedule's [`CatchUp`](crate::schedule::CatchUp)
+//!   policy when a process comes back: by default
+//!   [`Latest`](crate::schedule::CatchUp::Latest), the most recent one
+//!   fires once and the others are skipped (see `CatchUp` for why).
+//! * **Changes.** Declaring the same schedule and payload again changes
+//!   nothing, so every process may declare its schedules at start-up; a
+//!   different definition or payload replaces them, and the new definition
+//!   goes on from that call (or from an occurrence the old one still owed:
+//!   nothing owed is dropped). [`Queue::pause_schedule`] stops it (what falls
+//!   while paused is not owed), [`Queue::resume_schedule`] restarts it,
+//!   [`Queue::unschedule`] deletes it; its occurrences already offered
+//!   stay. [`Queue::schedules`] lists them with their next occurrence and
+//!   last one fired; `Redwheel::inspect_schedules` does the same without
+//!   opening the queue.
+//! * **Latency.** An occurrence is offered and moved to the ready list in
+//!   one round trip of the driver, at the occurrence (within the wheel's
+//!   1 ms tick), however many schedules fall due at once.
 //!
 //! [`ErrorKind::Unavailable`]: crate::ErrorKind::Unavailable
 //! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown
@@ -65,6 +112,7 @@ mod delivery;
 mod handle;
 mod ids;
 pub mod inspect;
+mod job;
 mod keys;
 mod message;
 mod offer;
@@ -72,6 +120,7 @@ mod options;
 mod pop;
 mod remove;
 mod request;
+mod schedules;
 mod state;
 mod stats;
 mod stored;
@@ -91,6 +140,7 @@ pub use self::handle::{Queue, TransferStats};
 pub use self::keys::{MAX_ID_LEN, MAX_NAME_LEN};
 pub use self::message::{Message, MessageId};
 pub use self::options::{ConsumerOptions, QueueOptions};
+pub use self::schedules::MAX_SCHEDULE_NAME_LEN;
 pub use self::stats::QueueStats;
 // For the dashboard's reads of many queues in one round trip per master.
 #[cfg(feature = "web")]

@@ -150,6 +150,7 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.delayed)
                     .key(&keys.msg)
                     .key(&keys.wake)
+                    .key(&keys.head)
                     .arg(mode)
                     .arg(value)
                     .arg(id)
@@ -276,6 +277,7 @@ impl<T: Codec> Queue<T> {
             inv.key(&keys.delayed)
                 .key(&keys.msg)
                 .key(&keys.wake)
+                .key(&keys.head)
                 .arg(mode)
                 .arg(if check_ids { "k" } else { "n" });
             for (id, ms, bytes) in chunk {

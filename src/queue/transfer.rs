@@ -29,7 +29,7 @@ pub(crate) struct TransferJob {
     transferred: Counter,
     /// `redwheel_messages_dead_lettered_total`: expired claims at the limit.
     died: Counter,
-    /// `EVALSHA <transfer> 8 <keys…> <batch> <max_deliveries>`, packed once.
+    /// `EVALSHA <transfer> 9 <keys…> <batch> <max_deliveries>`, packed once.
     packed: Box<[u8]>,
     name: String,
 }
@@ -38,7 +38,7 @@ impl TransferJob {
     pub(super) fn new(name: &str, keys: &Keys, batch: usize, max_deliveries: u32) -> TransferJob {
         let packed = redis::cmd("EVALSHA")
             .arg(scripts::TRANSFER.get_hash())
-            .arg(8)
+            .arg(9)
             .arg(&keys.delayed)
             .arg(&keys.ready)
             .arg(&keys.inflight)
@@ -47,6 +47,7 @@ impl TransferJob {
             .arg(&keys.attempts)
             .arg(&keys.dead)
             .arg(&keys.reason)
+            .arg(&keys.head)
             .arg(batch)
             .arg(max_deliveries)
             .get_packed_command()

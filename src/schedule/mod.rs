@@ -5,9 +5,10 @@
 //! due now, and what does the catch-up policy fire?" ([`Schedule::plan`]),
 //! and encodes itself as a stable text ([`Schedule::definition`]). It reads
 //! no clock and touches no Redis: every time is an argument, so the same
-//! inputs give the same answer in every process. (The queue side, which
+//! inputs give the same answer in every process. The queue side, which
 //! stores schedules in Redis and offers each occurrence exactly once, is
-//! built on these functions.)
+//! built on these functions: [`Queue::schedule`](crate::Queue::schedule)
+//! and "Recurring schedules" in the [queue module](crate::queue#recurring-schedules).
 //!
 //! ```
 //! use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -162,6 +163,7 @@
 
 mod cron;
 mod definition;
+mod info;
 mod plan;
 mod time;
 mod zone;
@@ -169,7 +171,10 @@ mod zone;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+pub use info::{ScheduleInfo, Scheduled, occurrence_id, parse_occurrence_id};
 pub use plan::Plan;
+/// Instants in whole ms, for the queue side, which stores them so.
+pub(crate) use time::{floor_ms, from_ms};
 
 use crate::{Error, ErrorKind};
 use cron::CronSpec;

@@ -18,7 +18,7 @@ pub(super) fn near_domain(ms: i64) -> i64 {
 }
 
 /// `t` in whole milliseconds, rounded down.
-pub(super) fn floor_ms(t: SystemTime) -> i64 {
+pub(crate) fn floor_ms(t: SystemTime) -> i64 {
     near_domain(match t.duration_since(UNIX_EPOCH) {
         Ok(d) => millis(d),
         // Before the epoch: minus the duration, rounded up.
@@ -45,7 +45,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 /// The instant `ms` milliseconds after the epoch, if `SystemTime` holds it.
-pub(super) fn from_ms(ms: i64) -> Option<SystemTime> {
+pub(crate) fn from_ms(ms: i64) -> Option<SystemTime> {
     let d = Duration::from_millis(ms.unsigned_abs());
     if ms >= 0 {
         UNIX_EPOCH.checked_add(d)

@@ -180,20 +180,33 @@ pub fn sha(source: &str) -> String {
 /// The scripts as redwheel builds them (`src/scripts.rs`). If a test's
 /// fault never fires, a script's source changed here.
 pub mod scripts {
-    pub const OFFER: &str = include_str!("../../lua/offer.lua");
-    pub const OFFER_BATCH: &str = include_str!("../../lua/offer_batch.lua");
+    pub const OFFER: &str = concat!(
+        include_str!("../../lua/head.lua"),
+        include_str!("../../lua/offer.lua")
+    );
+    pub const OFFER_BATCH: &str = concat!(
+        include_str!("../../lua/head.lua"),
+        include_str!("../../lua/offer_batch.lua")
+    );
     pub const REMOVE: &str = include_str!("../../lua/remove.lua");
     pub const TAKE: &str = concat!(
         include_str!("../../lua/ready_pop.lua"),
         include_str!("../../lua/take.lua")
     );
     pub const CLAIM: &str = concat!(
+        include_str!("../../lua/head.lua"),
         include_str!("../../lua/ready_pop.lua"),
         include_str!("../../lua/claim.lua")
     );
     pub const ACK: &str = include_str!("../../lua/ack.lua");
-    pub const NACK: &str = include_str!("../../lua/nack.lua");
-    pub const EXTEND: &str = include_str!("../../lua/extend.lua");
+    pub const NACK: &str = concat!(
+        include_str!("../../lua/head.lua"),
+        include_str!("../../lua/nack.lua")
+    );
+    pub const EXTEND: &str = concat!(
+        include_str!("../../lua/head.lua"),
+        include_str!("../../lua/extend.lua")
+    );
     pub const REQUEUE_DEAD: &str = include_str!("../../lua/requeue_dead.lua");
     pub const LOCK_ACQUIRE: &str = include_str!("../../lua/lock_acquire.lua");
     pub const LOCK_RELEASE: &str = include_str!("../../lua/lock_release.lua");

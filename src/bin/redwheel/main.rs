@@ -10,6 +10,7 @@
 mod args;
 mod commands;
 mod out;
+mod schedules;
 mod web;
 
 use std::io::Write as _;
@@ -106,7 +107,7 @@ fn clap_message(e: &clap::Error) -> String {
         e.kind(),
         K::DisplayHelpOnMissingArgumentOrSubcommand | K::MissingSubcommand
     ) {
-        return "a command is needed: stats, peek, dead, requeue-dead, remove, offer, watch, locks or web (see --help)".to_owned();
+        return "a command is needed: stats, peek, dead, requeue-dead, remove, offer, watch, locks, schedules, schedule or web (see --help)".to_owned();
     }
     let text = e.to_string();
     let mut parts = Vec::new();

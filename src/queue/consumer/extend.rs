@@ -60,7 +60,7 @@ impl Job for ExtendJob {
                     .min(MAX_DUE_MS / 2);
                 redis::cmd("EVALSHA")
                     .arg(scripts::NACK.get_hash())
-                    .arg(8)
+                    .arg(9)
                     .arg(&nack_keys(&self.state.keys)[..])
                     .arg(&r.id)
                     .arg(&r.token)
@@ -71,9 +71,10 @@ impl Job for ExtendJob {
             } else {
                 redis::cmd("EVALSHA")
                     .arg(scripts::EXTEND.get_hash())
-                    .arg(2)
+                    .arg(3)
                     .arg(&self.state.keys.inflight)
                     .arg(&self.state.keys.lease)
+                    .arg(&self.state.keys.head)
                     .arg(&r.id)
                     .arg(&r.token)
                     .arg(self.visibility_ms)

@@ -37,6 +37,19 @@ pub(crate) trait Job: Send + Sync + 'static {
     fn on_replies(&self, replies: &Replies<'_>) -> Result<Next, Error> {
         self.on_reply(replies.all()?)
     }
+    /// A guard sweep is putting this job in a round (see "Guard sweeps"
+    /// in the driver's docs). A job that can tell from a cheap read
+    /// whether it has work may make its next [`commands`](Job::commands)
+    /// that read (a *probe*) instead of its full commands, whose reply
+    /// answers [`Next::Again`] when the full commands must run. By default
+    /// nothing changes: a sweep runs the job in full. Called with the
+    /// driver's state locked: flip a flag, nothing more.
+    fn sweep(&self) {}
+    /// The job was marked due for any other reason (its deadline, an
+    /// announcement, [`Next::Again`], a retry, a reconnect): its next
+    /// commands are the full ones, even if a sweep asked for a probe.
+    /// Called with the driver's state locked.
+    fn run_in_full(&self) {}
 }
 
 /// The replies to one job's commands in a round: one per command, in

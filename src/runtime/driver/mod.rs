@@ -21,6 +21,13 @@
 //!   recurring wheel timeout per interval marks every key of the group due, so
 //!   a lost wake-up or a dead process never strands work for longer than
 //!   the interval, at one pipelined round trip per connection per interval.
+//!   A job may answer a sweep with a *probe* ([`Job::sweep`]): one cheap
+//!   read instead of its full commands, whose reply says whether the full
+//!   commands must run now ([`Next::Again`], in the next round) or when
+//!   ([`Next::After`]). Any other reason to run (a deadline, an
+//!   announcement, a retry, a reconnect) runs the job in full
+//!   ([`Job::run_in_full`]), so a probe never stands in for a due run for
+//!   longer than one round.
 //! * **Retries**: a job that fails runs again after a capped exponential
 //!   backoff (logged with `tracing`); a round whose connection failed is
 //!   retried after the reconnect backoff, and after a reconnect every job

@@ -410,3 +410,114 @@ fn a_round_with_nothing_to_send_is_no_round_trip_and_no_failure() {
     assert_eq!((stats.rounds, stats.failed_rounds), (0, 0));
     assert_eq!(rig.wire.connects.load(Ordering::SeqCst), 0);
 }
+
+/// A job that answers guard sweeps with a probe: its command is `probe:K`
+/// after a sweep, `K` otherwise; a probe's reply answers `on_probe`.
+struct ProbingJob {
+    key: Arc<str>,
+    probe_next: AtomicBool,
+    sent_probe: AtomicBool,
+    on_probe: Mutex<Next>,
+}
+
+impl ProbingJob {
+    fn new(key: &str, on_probe: Next) -> Arc<ProbingJob> {
+        Arc::new(ProbingJob {
+            key: Arc::from(key),
+            probe_next: AtomicBool::new(false),
+            sent_probe: AtomicBool::new(false),
+            on_probe: Mutex::new(on_probe),
+        })
+    }
+}
+
+impl Job for ProbingJob {
+    fn describe(&self) -> String {
+        format!("probing job {}", self.key)
+    }
+
+    fn commands(&self, out: &mut Commands) {
+        let probe = self.probe_next.swap(false, Ordering::SeqCst);
+        self.sent_probe.store(probe, Ordering::SeqCst);
+        if probe {
+            out.push(0, format!("probe:{}", self.key).as_bytes());
+        } else {
+            out.push(0, self.key.as_bytes());
+        }
+    }
+
+    fn on_reply(&self, _replies: &[redis::Value]) -> Result<Next, Error> {
+        Ok(if self.sent_probe.load(Ordering::SeqCst) {
+            *self.on_probe.lock()
+        } else {
+            Next::Idle
+        })
+    }
+
+    fn sweep(&self) {
+        self.probe_next.store(true, Ordering::SeqCst);
+    }
+
+    fn run_in_full(&self) {
+        self.probe_next.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Rig {
+    fn register_probing(&self, job: Arc<ProbingJob>, first: Deadline, guard: Duration) {
+        let key = job.key.to_string();
+        assert!(self.driver.register(&key, job, first, Some(guard)));
+        self.clock.settle();
+        self.driver.settle();
+    }
+}
+
+#[test]
+fn a_sweep_sends_the_probe_of_a_job_that_has_one_and_its_reply_decides_the_full_run() {
+    let rig = Rig::new();
+    let quiet = ProbingJob::new("quiet", Next::Idle);
+    let busy = ProbingJob::new("busy", Next::Again);
+    let later = ProbingJob::new("later", Next::After(ms(300)));
+    rig.register_probing(Arc::clone(&quiet), Deadline::Now, ms(1_000));
+    rig.register_probing(Arc::clone(&busy), Deadline::Now, ms(1_000));
+    rig.register_probing(Arc::clone(&later), Deadline::Now, ms(1_000));
+    // The first runs (registration) are full ones.
+    assert_eq!(rig.wire.runs_of("quiet").len(), 1);
+    rig.advance(ms(1_001));
+    let rounds = rig.wire.rounds();
+    let mut swept = rounds[rounds.len() - 2].1.clone();
+    swept.sort();
+    assert_eq!(
+        swept,
+        ["probe:busy", "probe:later", "probe:quiet"],
+        "the sweep sends probes, not full commands: {rounds:?}"
+    );
+    // The probe that found work runs the job in full in the next round,
+    // and only that one.
+    assert_eq!(rounds[rounds.len() - 1].1, ["busy"]);
+    assert_eq!(rig.wire.runs_of("quiet").len(), 1);
+    // The one whose probe named a time runs then, in full.
+    assert_eq!(rig.driver.scheduled_at("later"), Some(ms(1_001) + ms(300)));
+    rig.advance(ms(301));
+    assert_eq!(rig.wire.runs_of("later").len(), 2);
+    assert_eq!(rig.wire.rounds().last().unwrap().1, ["later"]);
+}
+
+#[test]
+fn a_job_due_for_any_other_reason_runs_in_full_even_when_a_sweep_asked_for_a_probe() {
+    let rig = Rig::new();
+    let a = ProbingJob::new("a", Next::Idle);
+    rig.register_probing(Arc::clone(&a), Deadline::After(ms(1_000)), ms(1_000));
+    rig.register_probing(ProbingJob::new("b", Next::Idle), Deadline::Now, ms(1_000));
+    // Its deadline and the sweep fall in the same tick: it runs in full.
+    rig.advance(ms(1_001));
+    assert_eq!(rig.wire.runs_of("a").len(), 1);
+    assert_eq!(rig.wire.runs_of("probe:a").len(), 0);
+    // A sweep asked for a probe, then an announcement came before the
+    // round: the announcement wins.
+    a.sweep();
+    rig.driver.announce("a", Deadline::Now);
+    rig.driver.settle();
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    assert_eq!(rig.wire.runs_of("probe:a").len(), 0);
+}
