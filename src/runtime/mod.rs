@@ -33,6 +33,8 @@ mod conn;
 pub(crate) mod driver;
 mod endpoint;
 mod keyslot;
+#[cfg(feature = "async")]
+mod mux;
 mod names;
 mod node_transport;
 mod options;
@@ -42,6 +44,8 @@ mod server_clock;
 mod shared;
 mod subscriber;
 pub(crate) mod test_hooks;
+#[cfg(feature = "async")]
+mod wait;
 
 pub(crate) use self::backoff::Backoff;
 pub(crate) use self::conn::Conn;
@@ -54,3 +58,7 @@ pub(crate) use self::pool::shut_down;
 pub use self::redwheel::Redwheel;
 pub(crate) use self::shared::Runtime;
 pub(crate) use self::subscriber::Subscription;
+#[cfg(feature = "async")]
+pub(crate) use self::mux::{Call, Command, Orphan, first_reply};
+#[cfg(feature = "async")]
+pub(crate) use self::wait::{Cell, Ticket, Wait, WaitList, detach};

@@ -26,5 +26,7 @@ mod routing;
 mod slot_map;
 mod transport;
 
+#[cfg(feature = "async")]
+pub(crate) use self::routing::{Step, step_after};
 pub(crate) use self::slot_map::{Cluster, Node};
 pub(crate) use self::transport::ClusterTransport;
