@@ -6,9 +6,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::codec::Codec;
+use super::codec::{Codec, CodecError};
 use super::delivery::Delivery;
 use super::handle::Queue;
+use super::keys::Keys;
 use super::message::MessageId;
 use super::stored::parse_stored;
 use crate::error::{Access, Error, ErrorKind};
@@ -19,6 +20,9 @@ use crate::telemetry;
 /// Claimed deliveries (or the decode errors of messages moved to the dead
 /// letters), and how many acks sent along were refused.
 pub(crate) type Claims<T> = (Vec<Result<Delivery<T>, Error>>, u64);
+
+/// As [`Claims`], undecodable messages as (id, stored value, decode error).
+pub(crate) type RawClaims<T> = (Vec<Result<Delivery<T>, (String, Vec<u8>, CodecError)>>, u64);
 
 /// 64 random bits per process, then a counter: claim tokens no two claims
 /// share.
@@ -126,19 +130,8 @@ impl<T: Codec> Queue<T> {
         wait: Duration,
     ) -> Result<Claims<T>, Error> {
         let keys = &self.state.keys;
-        let key_list = [
-            keys.ready.as_str(),
-            keys.msg.as_str(),
-            keys.inflight.as_str(),
-            keys.lease.as_str(),
-            keys.attempts.as_str(),
-            keys.counts.as_str(),
-            keys.stale.as_str(),
-        ];
-        let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
-        let prefix = token_prefix();
-        let vis = visibility_ms.to_string();
-        let count = n.to_string();
+        let key_list = claim_keys(keys);
+        let [vis, prefix, count] = self.claim_args(n);
         let mut refused_acks = 0;
         if !acks.is_empty() {
             // Ack and try a claim at once: no wait on this first call.
@@ -192,9 +185,28 @@ impl<T: Codec> Queue<T> {
         }
     }
 
+    /// `claim.lua`'s first ARGV for a claim of up to `n`: the visibility
+    /// (ms), a fresh token prefix, the count.
+    pub(super) fn claim_args(&self, n: usize) -> [String; 3] {
+        let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        [visibility_ms.to_string(), token_prefix(), n.to_string()]
+    }
+
     /// Reads claim.lua's reply: the deliveries (or the decode errors of
     /// the messages moved to the dead letters) and the refused acks.
-    fn read_claims(&self, reply: redis::Value) -> Result<Claims<T>, Error> {
+    pub(super) fn read_claims(&self, reply: redis::Value) -> Result<Claims<T>, Error> {
+        let (claims, refused) = self.read_claims_raw(reply)?;
+        let claims = claims
+            .into_iter()
+            .map(|c| c.map_err(|(id, stored, cause)| self.dead_on_arrival(&id, &stored, cause)))
+            .collect();
+        Ok((claims, refused))
+    }
+
+    /// Reads claim.lua's reply, leaving undecodable messages (id, stored
+    /// value, decode error) for the caller to park (shared with the async
+    /// claim).
+    pub(super) fn read_claims_raw(&self, reply: redis::Value) -> Result<RawClaims<T>, Error> {
         let protocol = |what: &str| {
             self.tag(Error::new(
                 ErrorKind::Protocol,
@@ -236,7 +248,7 @@ impl<T: Codec> Queue<T> {
                     token,
                     visible_until_ms: AtomicU64::new(deadline),
                 })),
-                Err(cause) => out.push(Err(self.dead_on_arrival(&id, &stored, cause))),
+                Err(cause) => out.push(Err((id, stored, cause))),
             }
         }
         let rt = self.rt();
@@ -254,4 +266,17 @@ impl<T: Codec> Queue<T> {
         }
         Ok((out, refused))
     }
+}
+
+/// `claim.lua`'s keys, in its order.
+pub(super) fn claim_keys(keys: &Keys) -> [&str; 7] {
+    [
+        &keys.ready,
+        &keys.msg,
+        &keys.inflight,
+        &keys.lease,
+        &keys.attempts,
+        &keys.counts,
+        &keys.stale,
+    ]
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::codec::{Codec, CodecError};
 use super::handle::Queue;
+use super::keys::Keys;
 use super::message::MessageId;
 use super::stored::{parse_stored, split_stored};
 use crate::error::{Access, Error, ErrorKind};
@@ -179,6 +180,12 @@ impl<T: Codec> Queue<T> {
     /// (with the reason), and the error naming it.
     pub(crate) fn dead_on_arrival(&self, id: &str, stored: &[u8], cause: CodecError) -> Error {
         let parked = self.park(id, stored, &cause.to_string());
+        self.decode_failed(id, parked, cause)
+    }
+
+    /// The error of a message that did not decode, parked (or not) as a
+    /// dead letter (shared with the async consumers).
+    pub(crate) fn decode_failed(&self, id: &str, parked: bool, cause: CodecError) -> Error {
         let what = if parked {
             "could not decode a message; it is kept as a dead letter"
         } else {
@@ -196,17 +203,21 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let _span = telemetry::queue_op("park", &self.state.name, 1);
         let parked = self.rt().run(&keys.msg, Access::Write, |con| {
-            scripts::PARK
-                .key(&keys.msg)
-                .key(&keys.dead)
-                .key(&keys.reason)
-                .key(&keys.inflight)
-                .key(&keys.lease)
-                .arg(id)
-                .arg(value)
-                .arg(format!("could not decode: {reason}"))
-                .invoke::<i64>(con)
+            let mut inv = scripts::PARK.prepare_invoke();
+            for k in park_keys(keys) {
+                inv.key(k);
+            }
+            for a in park_args(id, value, reason) {
+                inv.arg(a);
+            }
+            inv.invoke::<i64>(con)
         });
+        self.parked(id, parked.map(drop))
+    }
+
+    /// Reads how parking went: true if parked (shared with the async
+    /// consumers).
+    pub(crate) fn parked(&self, id: &str, parked: Result<(), Error>) -> bool {
         match parked {
             Ok(_) => {
                 self.state.metrics.dead_lettered.add(1);
@@ -230,4 +241,24 @@ impl<T: Codec> Queue<T> {
             }
         }
     }
+}
+
+/// `park.lua`'s keys, in its order.
+pub(crate) fn park_keys(keys: &Keys) -> [&str; 5] {
+    [
+        &keys.msg,
+        &keys.dead,
+        &keys.reason,
+        &keys.inflight,
+        &keys.lease,
+    ]
+}
+
+/// `park.lua`'s ARGV: the id, its stored value, the reason.
+pub(crate) fn park_args(id: &str, value: &[u8], reason: &str) -> [Vec<u8>; 3] {
+    [
+        id.as_bytes().to_vec(),
+        value.to_vec(),
+        format!("could not decode: {reason}").into_bytes(),
+    ]
 }

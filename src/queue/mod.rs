@@ -46,6 +46,8 @@
 //! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown
 //! [`Redwheel`]: crate::Redwheel
 
+#[cfg(feature = "async")]
+mod asynk;
 mod claim;
 mod codec;
 mod consumer;

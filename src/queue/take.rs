@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::codec::Codec;
 use super::handle::Queue;
+use super::keys::Keys;
 use super::message::{Message, MessageId};
 use super::stored::parse_stored;
 use crate::error::{Error, ErrorKind};
@@ -50,24 +51,26 @@ impl<T: Codec> Queue<T> {
     }
 
     fn take_until(&self, deadline: Option<Instant>) -> Result<Option<Message<T>>, Error> {
-        let keys = &self.state.keys;
         let popped = self.wait_pop(
             deadline,
             ("take", 1),
             &scripts::TAKE,
-            &[
-                &keys.ready,
-                &keys.msg,
-                &keys.attempts,
-                &keys.counts,
-                &keys.stale,
-            ],
+            &take_keys(&self.state.keys),
             &[],
             0,
         )?;
         let Some(value) = popped else {
             return Ok(None);
         };
+        match self.taken(value)? {
+            Taken::Message(m) => Ok(Some(m)),
+            Taken::Undecodable(id, stored, cause) => Err(self.dead_on_arrival(&id, &stored, cause)),
+        }
+    }
+
+    /// Reads a reply of `take.lua` that holds a message (shared with the
+    /// async take): the message, or what could not be decoded.
+    pub(super) fn taken(&self, value: redis::Value) -> Result<Taken<T>, Error> {
         let (id, stored): (String, Vec<u8>) = redis::from_redis_value(value).map_err(|e| {
             self.tag(Error::new(ErrorKind::Protocol, "unexpected reply to take.lua").with_cause(e))
         })?;
@@ -77,13 +80,31 @@ impl<T: Codec> Queue<T> {
                 self.state
                     .metrics
                     .delivered([(1, due_ms)], || rt.server_now_ms());
-                Ok(Some(Message {
+                Ok(Taken::Message(Message {
                     id: MessageId(id),
                     payload,
                     due_ms,
                 }))
             }
-            Err(cause) => Err(self.dead_on_arrival(&id, &stored, cause)),
+            Err(cause) => Ok(Taken::Undecodable(id, stored, cause)),
         }
     }
+}
+
+/// What `take.lua` handed over.
+pub(super) enum Taken<T> {
+    Message(Message<T>),
+    /// Its id, stored value and decode error (to be parked).
+    Undecodable(String, Vec<u8>, crate::error::CodecError),
+}
+
+/// `take.lua`'s keys, in its order.
+pub(super) fn take_keys(keys: &Keys) -> [&str; 5] {
+    [
+        &keys.ready,
+        &keys.msg,
+        &keys.attempts,
+        &keys.counts,
+        &keys.stale,
+    ]
 }

@@ -52,13 +52,13 @@ pub(crate) use self::conn::Conn;
 pub use self::driver::DriverStats;
 pub(crate) use self::driver::{Commands, Deadline, Job, Next};
 pub(crate) use self::keyslot::slot;
+#[cfg(feature = "async")]
+pub(crate) use self::mux::{Call, Command, Orphan, first_reply};
 pub(crate) use self::names::{MAX_TAG_NAME_LEN, random_u64, validate_tag_name};
 pub use self::options::RedwheelOptions;
 pub(crate) use self::pool::shut_down;
 pub use self::redwheel::Redwheel;
 pub(crate) use self::shared::Runtime;
 pub(crate) use self::subscriber::Subscription;
-#[cfg(feature = "async")]
-pub(crate) use self::mux::{Call, Command, Orphan, first_reply};
 #[cfg(feature = "async")]
 pub(crate) use self::wait::{Cell, Ticket, Wait, WaitList, detach};

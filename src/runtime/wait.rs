@@ -129,7 +129,12 @@ impl WaitList {
 
     /// Wakes every waiter.
     pub(crate) fn wake_all(&self) {
-        let cells: Vec<Arc<Cell>> = self.waiters.lock().iter().map(|(_, c)| Arc::clone(c)).collect();
+        let cells: Vec<Arc<Cell>> = self
+            .waiters
+            .lock()
+            .iter()
+            .map(|(_, c)| Arc::clone(c))
+            .collect();
         for c in cells {
             c.fire();
         }
@@ -176,7 +181,12 @@ impl ShutdownList {
     /// Fires every registered cell, and every cell registered from now on.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        let cells: Vec<Arc<Cell>> = self.cells.lock().iter().map(|(_, c)| Arc::clone(c)).collect();
+        let cells: Vec<Arc<Cell>> = self
+            .cells
+            .lock()
+            .iter()
+            .map(|(_, c)| Arc::clone(c))
+            .collect();
         for c in cells {
             c.fire();
         }

@@ -35,11 +35,7 @@ pub(crate) struct Command {
 
 impl Command {
     /// `EVALSHA` of `script` with `keys` and `args`.
-    pub(crate) fn script(
-        script: &'static redis::Script,
-        keys: &[&str],
-        args: &[&[u8]],
-    ) -> Command {
+    pub(crate) fn script(script: &'static redis::Script, keys: &[&str], args: &[&[u8]]) -> Command {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
         for a in args {
@@ -102,6 +98,12 @@ impl Runtime {
         }
     }
 
+    /// A wait for `cell` to fire, for `at_most` at most (a timeout on the
+    /// driver's wheel), ended early by shutdown.
+    pub(crate) fn wait_for(&self, cell: &Arc<Cell>, at_most: Option<Duration>) -> Wait {
+        Wait::new(cell, at_most, self.driver.wheel(), &self.asynk.shutdown)
+    }
+
     /// The mux to send to: the one server's, or, on a cluster, the one of
     /// the node at `ask`, or of the master serving `route` (`Ok(None)`:
     /// none is known; a refresh was asked for).
@@ -144,7 +146,9 @@ pub(crate) struct Call {
 
 enum State {
     /// To send (to the node at `ask`, after `ASKING`, if given).
-    Send { ask: Option<String> },
+    Send {
+        ask: Option<String>,
+    },
     /// On the wire.
     Sent {
         slot: Arc<ReplySlot>,
@@ -175,16 +179,18 @@ impl Call {
         }
         let d = self.backoff.step().min(left);
         self.pause.reset();
-        self.state = State::Paused(Wait::new(
-            &self.pause,
-            Some(d),
-            self.rt.driver.wheel(),
-            &self.rt.asynk.shutdown,
-        ));
+        self.state = State::Paused(self.rt.wait_for(&self.pause, Some(d)));
         true
     }
 
-    fn send(&mut self, mux: Arc<Mux>, packed: Arc<[u8]>, count: usize, asking: bool, loading: bool) {
+    fn send(
+        &mut self,
+        mux: Arc<Mux>,
+        packed: Arc<[u8]>,
+        count: usize,
+        asking: bool,
+        loading: bool,
+    ) {
         let slot = Arc::new(ReplySlot::default());
         mux.send(Request {
             packed,
@@ -211,7 +217,12 @@ impl Call {
     }
 
     /// Reads the replies of the command: done, or what to do next.
-    fn on_replies(&mut self, mux: Arc<Mux>, mut values: Vec<Value>, asking: bool) -> Option<Vec<Value>> {
+    fn on_replies(
+        &mut self,
+        mux: Arc<Mux>,
+        mut values: Vec<Value>,
+        asking: bool,
+    ) -> Option<Vec<Value>> {
         if asking && !values.is_empty() {
             values.remove(0); // ASKING's +OK
         }

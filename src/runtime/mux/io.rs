@@ -160,7 +160,9 @@ impl Mux {
     /// Queues `request`; its slot gets the replies (or a shutdown error).
     pub(crate) fn send(&self, request: Request) {
         if self.closed.load(Ordering::Acquire) {
-            request.slot.complete(Err(TryRunError::NotSent(shut_down())));
+            request
+                .slot
+                .complete(Err(TryRunError::NotSent(shut_down())));
             return;
         }
         if let Err(e) = self.tx.send(Msg::Request(request)) {
