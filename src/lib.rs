@@ -178,6 +178,9 @@ pub mod timer;
 pub mod web;
 
 pub use error::{Error, ErrorKind, TimerError};
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use lock::AsyncLockGuard;
 pub use lock::{LeaseLost, Lock, LockGuard, LockStats, LostCause};
 pub use queue::{
     Codec, Consumer, ConsumerOptions, DeadLetter, Delivery, Message, MessageId, Nacked, Queue,

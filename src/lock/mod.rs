@@ -101,8 +101,12 @@
 //! [`Redwheel`]: crate::Redwheel
 
 mod acquire;
+#[cfg(feature = "async")]
+mod acquire_async;
 mod ctx;
 mod guard;
+#[cfg(feature = "async")]
+mod guard_async;
 mod handle;
 mod hold;
 pub mod inspect;
@@ -115,6 +119,9 @@ mod state;
 mod waiters;
 
 pub use self::guard::LockGuard;
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use self::guard_async::AsyncLockGuard;
 pub use self::handle::Lock;
 pub use self::keys::MAX_NAME_LEN;
 pub use self::lease::{DEFAULT_WATCHDOG_LEASE, MAX_LEASE, MIN_WATCHDOG_LEASE};

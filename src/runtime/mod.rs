@@ -53,7 +53,7 @@ pub use self::driver::DriverStats;
 pub(crate) use self::driver::{Commands, Deadline, Job, Next};
 pub(crate) use self::keyslot::slot;
 #[cfg(feature = "async")]
-pub(crate) use self::mux::{Call, Command, Orphan, first_reply};
+pub(crate) use self::mux::{Command, Orphan, first_reply};
 pub(crate) use self::names::{MAX_TAG_NAME_LEN, random_u64, validate_tag_name};
 pub use self::options::RedwheelOptions;
 pub(crate) use self::pool::shut_down;
@@ -61,4 +61,4 @@ pub use self::redwheel::Redwheel;
 pub(crate) use self::shared::Runtime;
 pub(crate) use self::subscriber::Subscription;
 #[cfg(feature = "async")]
-pub(crate) use self::wait::{Cell, Ticket, Wait, WaitList, detach};
+pub(crate) use self::wait::{Cell, WaitList, detach};

@@ -141,6 +141,7 @@ impl WaitList {
     }
 
     /// Waiters registered now.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.waiters.lock().len()
     }

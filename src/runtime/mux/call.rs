@@ -48,15 +48,6 @@ impl Command {
         }
     }
 
-    /// One command, as packed by the `redis` crate.
-    pub(crate) fn plain(cmd: &redis::Cmd) -> Command {
-        Command {
-            packed: cmd.get_packed_command().into(),
-            count: 1,
-            script: None,
-        }
-    }
-
     /// This command followed by `then`, sent together.
     pub(crate) fn then(mut self, then: &redis::Cmd) -> Command {
         let mut packed = self.packed.to_vec();

@@ -17,6 +17,6 @@ mod call;
 mod io;
 mod set;
 
-pub(crate) use self::call::{Call, Command, first_reply};
+pub(crate) use self::call::{Command, first_reply};
 pub(crate) use self::io::{MuxConfig, Orphan};
 pub(crate) use self::set::AsyncRuntime;
