@@ -247,6 +247,8 @@ impl<T: Codec> Queue<T> {
                     attempt,
                     token,
                     visible_until_ms: AtomicU64::new(deadline),
+                    #[cfg(feature = "async")]
+                    held: None,
                 })),
                 Err(cause) => out.push(Err((id, stored, cause))),
             }

@@ -38,6 +38,10 @@ pub struct Delivery<T> {
     pub(super) token: String,
     /// The visibility deadline, epoch ms on the server's clock.
     pub(super) visible_until_ms: AtomicU64,
+    /// Held by a stream of deliveries, which extends it until it is acked,
+    /// nacked or dropped (feature `async`).
+    #[cfg(feature = "async")]
+    pub(super) held: Option<super::consumer::Held>,
 }
 
 impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
@@ -146,6 +150,10 @@ impl<T: Codec> Delivery<T> {
 
     /// Reads `ack.lua`'s reply (shared with the async ack).
     pub(super) fn acked(&self, n: i64) -> Result<(), Error> {
+        #[cfg(feature = "async")]
+        if let Some(h) = &self.held {
+            h.done();
+        }
         if n < 0 {
             return Err(self.stale_delivery("ack"));
         }
@@ -232,6 +240,10 @@ impl<T: Codec> Delivery<T> {
 
     /// A `nack.lua` reply for this delivery (`None`: stale).
     pub(super) fn nacked(&self, nacked: Option<Nacked>) -> Result<Nacked, Error> {
+        #[cfg(feature = "async")]
+        if let Some(h) = &self.held {
+            h.done();
+        }
         nacked.ok_or_else(|| self.stale_delivery("nack"))
     }
 }

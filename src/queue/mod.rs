@@ -75,6 +75,9 @@ use crate::error::Error;
 pub use self::codec::Json;
 pub use self::codec::{Codec, CodecError};
 pub use self::consumer::Consumer;
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use self::consumer::Deliveries;
 pub use self::dead::DeadLetter;
 pub use self::delivery::{Delivery, Nacked};
 pub use self::handle::{Queue, TransferStats};
