@@ -85,7 +85,7 @@ impl Runtime {
             redirects: 0,
             state: State::Send { ask: None },
             orphan,
-            pause: Arc::new(Cell::default()),
+            pause: None,
         }
     }
 
@@ -131,8 +131,8 @@ pub(crate) struct Call {
     redirects: usize,
     state: State,
     orphan: Option<Orphan>,
-    /// Fired by the wheel when a pause ends.
-    pause: Arc<Cell>,
+    /// Fired by the wheel when a pause ends (made on the first pause).
+    pause: Option<Arc<Cell>>,
 }
 
 enum State {
@@ -169,8 +169,9 @@ impl Call {
             return false;
         }
         let d = self.backoff.step().min(left);
-        self.pause.reset();
-        self.state = State::Paused(self.rt.wait_for(&self.pause, Some(d)));
+        let cell = self.pause.get_or_insert_with(Arc::default);
+        cell.reset();
+        self.state = State::Paused(self.rt.wait_for(cell, Some(d)));
         true
     }
 
