@@ -2,7 +2,7 @@
 //! line per run.
 //!
 //! ```text
-//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5c,q5t,q6,restart,failover]
+//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5c,q5t,q6,mem,restart,failover]
 //!     [--reps 3] [--q4-claimers 4] [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30]
 //!     [--cluster]
 //! ```
@@ -34,6 +34,10 @@
 //!   holding one message due in an hour, open and idle for `--q6-secs`
 //!   (30 s): Redis commands/s and round trips/s this process causes, and
 //!   the CPU it uses (% of one core, from `/proc/self/stat`).
+//! * mem (one server): Redis memory per waiting message, as BENCHMARKS.md
+//!   counts it: `used_memory` (`INFO memory`) after 100,000 64-byte
+//!   messages due in an hour were offered (batches of 1,000), minus
+//!   before, over 100,000.
 //! * Q1m: 100,000 offers from three threads, each offering to its own queue
 //!   (on a cluster, the three queues live on three different masters).
 //! * failover (cluster only): a producer offers every ms (10 ms delays) and
@@ -518,6 +522,39 @@ fn q5(
 
 /// CPU time this process used so far (user + system), from
 /// `/proc/self/stat` (clock ticks of 10 ms).
+/// Redis memory per waiting message (see the module docs).
+fn mem(rw: &Redwheel, url: &str, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let n = 100_000;
+    let q: Queue<String> = rw.queue("bench-mem")?;
+    q.clear()?;
+    let mut con = redis::Client::open(url)?.get_connection()?;
+    let used = |con: &mut redis::Connection| -> Result<u64, Box<dyn std::error::Error>> {
+        let info: String = redis::cmd("INFO").arg("memory").query(con)?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .ok_or("no used_memory")?
+            .trim()
+            .parse()?)
+    };
+    let before = used(&mut con)?;
+    let p = payload();
+    let batch: Vec<(String, Duration)> = (0..1_000)
+        .map(|_| (p.clone(), Duration::from_secs(3_600)))
+        .collect();
+    for _ in 0..n / 1_000 {
+        q.offer_batch(&batch)?;
+    }
+    let after = used(&mut con)?;
+    println!(
+        r#"{{"test":"mem","rep":{rep},"n":{n},"payload_bytes":{},"bytes_per_msg":{:.1}}}"#,
+        p.len(),
+        after.saturating_sub(before) as f64 / n as f64
+    );
+    q.clear()?;
+    Ok(())
+}
+
 fn process_cpu() -> Result<Duration, Box<dyn std::error::Error>> {
     let stat = std::fs::read_to_string("/proc/self/stat")?;
     // Fields after the command name (which ends with ')'): utime is the
@@ -762,6 +799,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "q5c" => q5(&rw, &url, rep, q5_n, 4, true)?,
                 "q5t" => q5(&rw, &url, rep, q5_n, 0, false)?,
                 "q6" => q6(&rw, &urls, rep, q6_queues, q6_secs)?,
+                "mem" => mem(&rw, &url, rep)?,
                 "restart" => restart(rep)?,
                 "failover" => match cluster.as_mut() {
                     Some(c) => failover(&rw, c, rep)?,

@@ -8,19 +8,21 @@
 -- ARGV[1]  'r' (each time below is a delay in ms, added to the server's TIME) or 'a' (each
 --          is an absolute due in epoch ms; past ones are clamped to now)
 -- ARGV[2]  'k' (ids are the caller's: keep a known id as it is, and reply per message) or
---          'n' (ids are fresh, made by redwheel: no check, reply with a count)
+--          'n' (ids are fresh, made by redwheel: all or nothing, reply with a count)
 -- ARGV[3..] triples: delay or due time, id, encoded payload.
 --          The client sends at most 1,000 triples per call (Lua's unpack limit is 8,000).
 --
 -- Reply: with 'k', one integer per message, in order: 1 if it was added, 0 if its id was
 --        already known to the queue (waiting, due, or a dead letter; nothing written for
---        it). With 'n', the number of messages written.
+--        it). With 'n', the number of messages written, or -1 when one of the ids is already
+--        known (a fresh id that is not: two processes share an id prefix), and then nothing
+--        is written.
 --        Error 'ERR redwheel: due overflows' (nothing written) when a due exceeds 2^53 ms.
 --
 -- Invariant: as offer.lua, for every message of the batch (with 'k', an id repeated within
 -- the batch is added once); one SPUBLISH at most, of the earliest due added, and only when
--- it is earlier than every due already waiting. Fresh ids skip the HEXISTS per message:
--- they cannot be known, and writing one twice (a resend) writes the same thing.
+-- it is earlier than every due already waiting. Fresh ids are looked up too, before
+-- anything is written: a message is never overwritten.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local relative = ARGV[1] == 'r'
@@ -31,6 +33,13 @@ local hargs = {}
 local added = {}
 local seen = {}
 local min_due
+if not check then
+  for i = 0, n - 1 do
+    if redis.call('HEXISTS', KEYS[2], ARGV[3 * i + 4]) == 1 then
+      return -1
+    end
+  end
+end
 for i = 0, n - 1 do
   local t = tonumber(ARGV[3 * i + 3])
   local due

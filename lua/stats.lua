@@ -8,7 +8,10 @@
 -- ARGV     none
 --
 -- Reply: { delayed, ready, inflight, dead, oldest_overdue_ms, next_due_ms, now_ms }:
---   counts of each set (`ready` may still hold ids removed after they fell due);
+--   counts of each state; `ready` counts messages, not the entries of the ready list (which
+--   may still hold entries of messages removed after they fell due): every message (`msg`
+--   entry) is in exactly one of `delayed`, `ready`, `inflight` and `dead`, so the ready ones
+--   are HLEN(msg) minus the other three, in O(1);
 --   oldest_overdue_ms: how long the oldest message that is due but not delivered has been
 --   due (the first ready id, or the head of `delayed` if the transfer lags), -1 if none;
 --   next_due_ms: the head of `delayed` (epoch ms), -1 if empty; now_ms: the server's clock.
@@ -36,5 +39,8 @@ if head[2] then
     oldest = math.max(oldest, now - next_due)
   end
 end
-return { redis.call('ZCARD', KEYS[1]), redis.call('LLEN', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCARD', KEYS[4]), oldest, next_due, now }
+local delayed = redis.call('ZCARD', KEYS[1])
+local inflight = redis.call('ZCARD', KEYS[3])
+local dead = redis.call('ZCARD', KEYS[4])
+local ready = math.max(0, redis.call('HLEN', KEYS[5]) - delayed - inflight - dead)
+return { delayed, ready, inflight, dead, oldest, next_due, now }

@@ -23,7 +23,7 @@
 //! | `redwheel_messages_offered_total` | counter | messages added by `offer*` (an `offer_with_id` of a known id adds none) |
 //! | `redwheel_messages_transferred_total` | counter | ids this process's transfer job made ready: due ones moved from delayed, and claims whose visibility expired put back for redelivery |
 //! | `redwheel_messages_delivered_total` | counter | messages handed to a consumer by `take`/`poll` and `claim`/`claim_batch`/`consume` |
-//! | `redwheel_messages_acked_total` | counter | acks accepted (`Delivery::ack`, and the consumer pool's acks); refused ones (stale deliveries) are not counted |
+//! | `redwheel_messages_acked_total` | counter | acks that deleted their message (`Delivery::ack`, and the consumer pool's acks); refused ones (stale deliveries) and those that found the message gone already (removed, or acked by an earlier attempt) are not counted |
 //! | `redwheel_messages_nacked_total` | counter | nacks accepted (`Delivery::nack`, a consumer handler's failure, a release at shutdown): the message was scheduled again or dead-lettered |
 //! | `redwheel_messages_redelivered_total` | counter | deliveries (claims) of a message that was delivered before: its visibility expired, or it was nacked (attempt > 1) |
 //! | `redwheel_messages_dead_lettered_total` | counter | messages this process sent to the dead letters: a nack at `max_deliveries`, a claim that expired at `max_deliveries` (found by its transfer job), or a payload that could not be decoded |

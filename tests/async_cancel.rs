@@ -24,7 +24,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use faults_common::{Env, HANG, scripts, sha, string, strings};
-use redwheel::{ErrorKind, MessageId, Queue};
+use redwheel::{MessageId, Queue};
 use support::proxy::{Fault, Rule};
 
 /// A waker that records that it was woken.
@@ -209,19 +209,46 @@ fn a_take_dropped_after_its_reply_came_but_before_it_was_read_puts_the_message_b
 }
 
 #[test]
-fn a_take_whose_reply_is_lost_fails_with_outcome_unknown() {
+fn a_take_whose_reply_is_lost_is_answered_by_its_reply_record() {
     let env = Env::start();
     let q: Queue<String> = env.rw.queue("t4").unwrap();
     warm_up(&q);
-    two_ready(&env, &q);
+    let (a, b) = two_ready(&env, &q);
     let lost = env.proxy.inject(
         Rule::new(Fault::LoseReply)
             .matching(sha(scripts::TAKE))
             .times(1),
     );
-    let e = Manual::new(q.take_async()).finish().unwrap_err();
+    let m = Manual::new(q.take_async()).finish().unwrap();
     assert_eq!(lost.fired(), 1);
-    assert_eq!(e.kind(), ErrorKind::OutcomeUnknown);
+    // The lost attempt took `a`; the request sent again got `a` from its
+    // reply record, and took nothing more.
+    assert_eq!(m.id(), &a);
+    assert_eq!(ready(&env, "t4"), [b.as_str()]);
+}
+
+#[test]
+fn a_take_dropped_with_its_reply_lost_still_gives_the_message_back() {
+    let env = Env::start();
+    let q: Queue<String> = env.rw.queue("t5").unwrap();
+    warm_up(&q);
+    let (a, b) = two_ready(&env, &q);
+    let lost = env.proxy.inject(
+        Rule::new(Fault::LoseReply)
+            .matching(sha(scripts::TAKE))
+            .times(1)
+            .hold(),
+    );
+    let mut take = Manual::new(q.take_async());
+    assert!(take.poll().is_pending());
+    assert!(lost.wait_fired(1, HANG), "the take ran; its reply is gone");
+    drop(take);
+    lost.release(); // the connection fails now, with nobody waiting
+    // Asked again (the same request), Redis answers `a` from the reply
+    // record, and redwheel puts it back in front of `b`.
+    wait_for("the message to come back", || {
+        ready(&env, "t5") == [a.as_str(), b.as_str()]
+    });
 }
 
 #[test]

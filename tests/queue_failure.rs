@@ -52,10 +52,24 @@ fn redis_killed_and_restarted_mid_test_loses_nothing() {
     go_tx.send(()).unwrap();
 
     // During the outage: offers fail with a transient typed error; a
-    // short poll gives up with the same kind of error.
+    // short poll gives up with the same kind of error. The first offer may
+    // go out on a pooled connection the kill closed: a command written to
+    // a dead connection looks to the client exactly like one the server
+    // ran just before it died, so that one is `OutcomeUnknown` (or
+    // `Unavailable`, if the pool had checked the connection first). The
+    // failure empties the pool: the next offer finds no server, and
+    // nothing was sent.
+    let err = q.offer(&"lost".to_string(), Duration::ZERO).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::Unavailable | ErrorKind::OutcomeUnknown
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
     let err = q.offer(&"lost".to_string(), Duration::ZERO).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err:?}");
-    assert!(err.is_transient());
     let err = q.poll(Duration::from_millis(200)).unwrap_err();
     assert!(err.is_transient(), "{err:?}");
     assert!(q.len().unwrap_err().is_transient());
@@ -492,4 +506,30 @@ fn delivery_resumes_after_a_restart_without_waiting_for_a_sweep() {
     });
     eprintln!("first overdue delivery {first:?} after redis accepted connections again");
     assert_eq!(got, ids);
+}
+
+/// A pooled connection the server closed while it sat idle (a restart,
+/// the server's `timeout`, a load balancer) is found out by a `PING`
+/// before it carries a write: the offer goes out once, on a fresh
+/// connection, and returns `Ok` (never `OutcomeUnknown` for a write that
+/// never reached a live connection).
+#[test]
+fn an_offer_after_the_server_closed_an_idle_connection_is_written_once() {
+    let server = RedisServer::start();
+    let rw = server.connect();
+    let q = rw.queue::<String>("idle-closed").unwrap();
+    q.offer(&"first".to_string(), Duration::from_secs(3600))
+        .unwrap();
+    // Every client connection is closed by the server; ours sits in the
+    // pool. The pool checks connections idle for a second or more, so the
+    // scenario is a connection idle that long (the sleep is the
+    // precondition, not a wait for something to happen).
+    server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    std::thread::sleep(Duration::from_millis(1_100));
+    let id = q
+        .offer(&"second".to_string(), Duration::from_secs(3600))
+        .expect("written on a fresh connection");
+    let stored = server.cmd(&["HGET", "redwheel:{idle-closed}:msg", id.as_str()]);
+    assert!(stored.ends_with(":second\r\n"), "{stored}");
+    assert_eq!(q.len().unwrap(), 2);
 }

@@ -174,8 +174,11 @@ impl Lock {
 /// An acquire's reply that came after its future was dropped: a lock it
 /// was granted is released at once, on redwheel's threads.
 fn release_if_granted(rt: Weak<Runtime>, keys: Keys, owner: String) -> Orphan {
-    Box::new(move |values: Vec<Value>| {
+    Box::new(move |values: Option<Vec<Value>>| {
         let Some(rt) = rt.upgrade() else { return };
+        // A lost reply: a lock it may have been granted lapses unrenewed
+        // within its lease (as after a synchronous OutcomeUnknown).
+        let Some(values) = values else { return };
         let Some(Value::Array(items)) = values.into_iter().next() else {
             return;
         };

@@ -1,9 +1,11 @@
 //! At-least-once consumption, the claiming side: [`Queue::claim`] and
 //! [`Queue::claim_batch`] (claim.lua, which can carry the acks of finished
 //! claims in the same call), and the reading of its reply into
-//! deliveries.
+//! deliveries. Every claim call is a request (`queue/request.rs`): one whose
+//! reply was lost is sent again and answered with what the lost one did,
+//! so no message is claimed for nobody and no attempt is counted twice.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use super::codec::{Codec, CodecError};
@@ -11,28 +13,27 @@ use super::delivery::Delivery;
 use super::handle::Queue;
 use super::keys::Keys;
 use super::message::MessageId;
+use super::pop::Unresolved;
+use super::request::Request;
 use super::stored::parse_stored;
 use crate::error::{Access, Error, ErrorKind};
-use crate::runtime::random_u64;
+use crate::runtime::Backoff;
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 use crate::telemetry;
 
-/// Claimed deliveries (or the decode errors of messages moved to the dead
-/// letters), and how many acks sent along were refused.
-pub(crate) type Claims<T> = (Vec<Result<Delivery<T>, Error>>, u64);
-
-/// As [`Claims`], undecodable messages as (id, stored value, decode error).
-pub(crate) type RawClaims<T> = (Vec<Result<Delivery<T>, (String, Vec<u8>, CodecError)>>, u64);
-
-/// 64 random bits per process, then a counter: claim tokens no two claims
-/// share.
-fn token_prefix() -> String {
-    use std::sync::OnceLock;
-    static SEED: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(random_u64);
-    format!("{seed:x}.{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
+/// What one claim call did: the deliveries (or the decode errors of
+/// messages moved to the dead letters), and of the acks sent along, how
+/// many were refused (their claim was no longer current) and how many
+/// deleted their message (the rest found it gone already).
+pub(crate) struct Claims<T> {
+    pub(crate) deliveries: Vec<Result<Delivery<T>, Error>>,
+    pub(crate) refused: u64,
+    pub(crate) acked: u64,
 }
+
+/// The shortest time one attempt of an ack-and-claim call waits for its
+/// reply before it is sent again (see [`Queue::claim_acking`]).
+const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 
 impl<T: Codec> Queue<T> {
     /// Waits up to `wait` for a due message and claims it: at-least-once
@@ -116,13 +117,19 @@ impl<T: Codec> Queue<T> {
         n: usize,
         wait: Duration,
     ) -> Result<Vec<Result<Delivery<T>, Error>>, Error> {
-        Ok(self.claim_acking(&[], n, wait)?.0)
+        Ok(self.claim_acking(&[], n, wait)?.deliveries)
     }
 
     /// Acks `acks` (id, token pairs of finished claims) and claims up to `n`
     /// in the same script call (one round trip when a message is ready),
-    /// then waits up to `wait` if none was. Returns the claims and how many
-    /// of the acks were refused (their claim was no longer current).
+    /// then waits up to `wait` if none was.
+    ///
+    /// The call with acks goes through the command pool; each attempt
+    /// waits for its reply at most a third of the visibility (at least
+    /// 100 ms, at most `command_timeout`), so that a reply that is late or
+    /// lost is asked for again while the claims it made are still
+    /// current, and the answer (from the reply record) restarts their
+    /// visibility.
     pub(crate) fn claim_acking(
         &self,
         acks: &[(String, String)],
@@ -130,16 +137,21 @@ impl<T: Codec> Queue<T> {
         wait: Duration,
     ) -> Result<Claims<T>, Error> {
         let keys = &self.state.keys;
-        let key_list = claim_keys(keys);
-        let [vis, prefix, count] = self.claim_args(n);
-        let mut refused_acks = 0;
+        let mut req = Request::new(keys);
+        let record = req.key.clone();
+        let key_list = claim_keys(keys, &record);
+        let vis = self.claim_visibility();
+        let count = n.to_string();
+        let (mut refused, mut acked) = (0, 0);
         if !acks.is_empty() {
             // Ack and try a claim at once: no wait on this first call.
             let ack_count = acks.len().to_string();
             let mut args: Vec<&[u8]> = vec![
                 vis.as_bytes(),
-                prefix.as_bytes(),
+                req.token.as_bytes(),
                 count.as_bytes(),
+                req.seq_arg.as_bytes(),
+                req.ttl_arg.as_bytes(),
                 ack_count.as_bytes(),
             ];
             for (id, token) in acks {
@@ -147,65 +159,117 @@ impl<T: Codec> Queue<T> {
                 args.push(token.as_bytes());
             }
             let span = telemetry::queue_op("claim", &self.state.name, n + acks.len());
-            let reply: redis::Value = self
-                .rt()
-                .run(&keys.ready, Access::Write, |con| {
-                    let mut inv = scripts::CLAIM.prepare_invoke();
-                    for k in key_list {
-                        inv.key(k);
-                    }
-                    for a in &args {
-                        inv.arg(*a);
-                    }
-                    inv.invoke(con)
-                })
-                .map_err(|e| self.tag(e))?;
+            let reply = self.claim_resending(&key_list, &args)?;
             drop(span);
-            let (claims, refused) = self.read_claims(reply)?;
-            refused_acks = refused;
-            self.state
-                .metrics
-                .acked
-                .add((acks.len() as u64).saturating_sub(refused));
-            if !claims.is_empty() || wait.is_zero() {
-                return Ok((claims, refused_acks));
+            let got = self.read_claims(reply)?;
+            self.state.metrics.acked.add(got.acked);
+            if !got.deliveries.is_empty() || wait.is_zero() {
+                return Ok(got);
             }
+            (refused, acked) = (got.refused, got.acked);
+            req.next();
         }
         let popped = self.wait_pop(
             Instant::now().checked_add(wait),
             ("claim", n),
             &scripts::CLAIM,
             &key_list,
-            &[vis.as_bytes(), prefix.as_bytes(), count.as_bytes(), b"0"],
-            2,
+            &[
+                vis.as_bytes(),
+                req.token.as_bytes(),
+                count.as_bytes(),
+                req.seq_arg.as_bytes(),
+                req.ttl_arg.as_bytes(),
+                b"0",
+            ],
+            3,
         )?;
-        match popped {
-            Some(reply) => Ok((self.read_claims(reply)?.0, refused_acks)),
-            None => Ok((Vec::new(), refused_acks)),
+        let deliveries = match popped {
+            Some(reply) => self.read_claims(reply)?.deliveries,
+            None => Vec::new(),
+        };
+        Ok(Claims {
+            deliveries,
+            refused,
+            acked,
+        })
+    }
+
+    /// Runs claim.lua with `args` on the command pool until Redis answers:
+    /// an attempt whose reply was lost (or late) is sent again, and the
+    /// answer is what it did. Fails with [`ErrorKind::OutcomeUnknown`] at
+    /// shutdown or when Redis cannot be asked for five minutes, with
+    /// another error when nothing was sent.
+    fn claim_resending(&self, keys: &[&str], args: &[&[u8]]) -> Result<redis::Value, Error> {
+        let rt = self.rt();
+        let full = rt.options.command_timeout;
+        let attempt = (self.visibility / 3).clamp(MIN_ATTEMPT, full.max(MIN_ATTEMPT));
+        let mut unresolved = Unresolved::default();
+        let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+        loop {
+            let r = rt.run(&self.state.keys.ready, Access::Write, |con| {
+                let shortened = attempt < full;
+                if shortened {
+                    con.set_io_timeout(attempt)?;
+                }
+                let mut inv = scripts::CLAIM.prepare_invoke();
+                for k in keys {
+                    inv.key(*k);
+                }
+                for a in args {
+                    inv.arg(*a);
+                }
+                let v: redis::Value = inv.invoke(con)?;
+                if shortened {
+                    con.set_io_timeout(full)?;
+                }
+                Ok(v)
+            });
+            let e = match r {
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_outcome_unknown() => {
+                    unresolved.lost();
+                    e
+                }
+                Err(e) if e.is_transient() && unresolved.pending() => e,
+                Err(e) if unresolved.pending() => {
+                    return Err(self.tag(unresolved.outcome_unknown("claim", Some(e))));
+                }
+                Err(e) => return Err(self.tag(e)),
+            };
+            if rt.is_shut_down() || unresolved.too_old() {
+                return Err(self.tag(unresolved.outcome_unknown("claim", Some(e))));
+            }
+            tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "claim: the reply was lost; asking again");
+            rt.topology_may_have_changed();
+            std::thread::sleep(backoff.step());
         }
     }
 
-    /// `claim.lua`'s first ARGV for a claim of up to `n`: the visibility
-    /// (ms), a fresh token prefix, the count.
-    pub(super) fn claim_args(&self, n: usize) -> [String; 3] {
+    /// `claim.lua`'s visibility argument (ms).
+    pub(super) fn claim_visibility(&self) -> String {
         let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
-        [visibility_ms.to_string(), token_prefix(), n.to_string()]
+        visibility_ms.to_string()
     }
 
     /// Reads claim.lua's reply: the deliveries (or the decode errors of
-    /// the messages moved to the dead letters) and the refused acks.
-    pub(super) fn read_claims(&self, reply: redis::Value) -> Result<Claims<T>, Error> {
-        let (claims, refused) = self.read_claims_raw(reply)?;
-        let claims = claims
+    /// the messages moved to the dead letters) and the counts of the acks.
+    fn read_claims(&self, reply: redis::Value) -> Result<Claims<T>, Error> {
+        let raw = self.read_claims_raw(reply)?;
+        let deliveries = raw
+            .deliveries
             .into_iter()
-            .map(|c| c.map_err(|(id, stored, cause)| self.dead_on_arrival(&id, &stored, cause)))
+            .map(|c| c.map_err(|u| self.dead_on_arrival(&u.id, &u.stored, Some(&u.token), u.cause)))
             .collect();
-        Ok((claims, refused))
+        Ok(Claims {
+            deliveries,
+            refused: raw.refused,
+            acked: raw.acked,
+        })
     }
 
-    /// Reads claim.lua's reply, leaving undecodable messages (id, stored
-    /// value, decode error) for the caller to park (shared with the async
-    /// claim).
+    /// Reads claim.lua's reply, leaving undecodable messages for the
+    /// caller to park (shared with the async claim).
     pub(super) fn read_claims_raw(&self, reply: redis::Value) -> Result<RawClaims<T>, Error> {
         let protocol = |what: &str| {
             self.tag(Error::new(
@@ -225,6 +289,10 @@ impl<T: Codec> Queue<T> {
             .next()
             .and_then(|v| redis::from_redis_value(v).ok())
             .ok_or_else(|| protocol("no count of refused acks"))?;
+        let acked: u64 = items
+            .next()
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .ok_or_else(|| protocol("no count of acks"))?;
         let mut out = Vec::new();
         while let Some(id) = items.next() {
             let (Some(value), Some(attempt), Some(token)) =
@@ -250,7 +318,12 @@ impl<T: Codec> Queue<T> {
                     #[cfg(feature = "async")]
                     held: None,
                 })),
-                Err(cause) => out.push(Err((id, stored, cause))),
+                Err(cause) => out.push(Err(Undecodable {
+                    id,
+                    stored,
+                    token,
+                    cause,
+                })),
             }
         }
         let rt = self.rt();
@@ -266,12 +339,31 @@ impl<T: Codec> Queue<T> {
             // sweep).
             self.announce_deadline(self.visibility);
         }
-        Ok((out, refused))
+        Ok(RawClaims {
+            deliveries: out,
+            refused,
+            acked,
+        })
     }
 }
 
-/// `claim.lua`'s keys, in its order.
-pub(super) fn claim_keys(keys: &Keys) -> [&str; 7] {
+/// As [`Claims`], with the undecodable messages not yet parked.
+pub(crate) struct RawClaims<T> {
+    pub(crate) deliveries: Vec<Result<Delivery<T>, Undecodable>>,
+    pub(crate) refused: u64,
+    pub(crate) acked: u64,
+}
+
+/// A claimed message whose payload did not decode.
+pub(crate) struct Undecodable {
+    pub(crate) id: String,
+    pub(crate) stored: Vec<u8>,
+    pub(crate) token: String,
+    pub(crate) cause: CodecError,
+}
+
+/// `claim.lua`'s keys, in its order, with the request's reply record.
+pub(super) fn claim_keys<'a>(keys: &'a Keys, record: &'a str) -> [&'a str; 8] {
     [
         &keys.ready,
         &keys.msg,
@@ -280,5 +372,6 @@ pub(super) fn claim_keys(keys: &Keys) -> [&str; 7] {
         &keys.attempts,
         &keys.counts,
         &keys.stale,
+        record,
     ]
 }

@@ -41,7 +41,7 @@ pub struct Delivery<T> {
     /// Held by a stream of deliveries, which extends it until it is acked,
     /// nacked or dropped (feature `async`).
     #[cfg(feature = "async")]
-    pub(super) held: Option<super::consumer::Held>,
+    pub(super) held: Option<super::consumer::running::Held>,
 }
 
 impl<T: fmt::Debug> fmt::Debug for Delivery<T> {

@@ -34,6 +34,9 @@ pub(crate) struct Keys {
     /// HASH: id → entries of `ready` left by a removed message (skipped,
     /// not delivered, by take and claim).
     pub stale: String,
+    /// `redwheel:{N}:reply:`, the start of the reply records of take and
+    /// claim requests (`queue/request.rs`).
+    reply_prefix: String,
 }
 
 impl Keys {
@@ -51,7 +54,14 @@ impl Keys {
             reason: k("reason"),
             counts: k("counts"),
             stale: k("stale"),
+            reply_prefix: k("reply:"),
         }
+    }
+
+    /// The reply record of request slot `slot` of process `process`
+    /// (HASH, with a TTL): `redwheel:{N}:reply:<process>.<slot>`.
+    pub(crate) fn reply(&self, process: &str, slot: u64) -> String {
+        format!("{}{process}.{slot}", self.reply_prefix)
     }
 }
 
@@ -77,5 +87,6 @@ mod tests {
         assert_eq!(k.msg, "redwheel:{orders}:msg");
         assert_eq!(k.ready, "redwheel:{orders}:ready");
         assert_eq!(k.wake, "redwheel:{orders}:wake");
+        assert_eq!(k.reply("p", 7), "redwheel:{orders}:reply:p.7");
     }
 }

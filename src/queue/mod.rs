@@ -10,8 +10,9 @@
 //!
 //! Eleven keys, `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`,
 //! `:lease`, `:attempts`, `:dead`, `:reason`, `:counts`, `:stale` and the
-//! `:wake` channel, all under the hash tag `{N}`, so every script of a
-//! queue touches one cluster slot. What each holds and which scripts write
+//! `:wake` channel, plus the short-lived reply records of take and claim
+//! calls (`:reply:<process>.<slot>`), all under the hash tag `{N}`, so
+//! every script of a queue touches one cluster slot. What each holds and which scripts write
 //! it is in the one table of the repository's `ARCHITECTURE.md` ("Redis
 //! keys and scripts").
 //!
@@ -25,18 +26,28 @@
 //! # What each operation guarantees
 //!
 //! * **Offer**: when `offer` returns `Ok`, the message is in Redis (as
-//!   durable as the server's persistence settings make it). When it
-//!   returns [`ErrorKind::Unavailable`], nothing was written. When it
-//!   returns [`ErrorKind::OutcomeUnknown`] (Redis stopped answering after
-//!   the command was sent), the message may or may not be there: retry
-//!   with [`Queue::offer_with_id`], which writes an id at most once.
+//!   durable as the server's persistence settings make it), written by this
+//!   call. When it returns [`ErrorKind::Unavailable`], nothing was written.
+//!   When it returns [`ErrorKind::OutcomeUnknown`] (the connection was lost,
+//!   or Redis stopped answering, after the command was sent), the message
+//!   may or may not be there: retry with [`Queue::offer_with_id`], which
+//!   writes an id at most once. An offer is never sent twice behind the
+//!   caller's back.
 //! * **Delivery**: never early by the Redis server clock (a message moves
 //!   to the ready list only once `due <= TIME`), in due order, exactly once
-//!   to the ready list however many processes transfer the queue.
+//!   to the ready list however many processes transfer the queue; messages
+//!   one process offers with equal due times, in offer order.
 //! * **Take** is **at-most-once**: a message is deleted from Redis by the
-//!   same script that hands it to a consumer, so a consumer that dies (or
-//!   loses its connection) from then on loses it. Nothing is lost before
-//!   that point: a consumer blocks on the ready list without popping.
+//!   same script that hands it to a consumer, so a consumer that dies from
+//!   then on loses it. Nothing is lost before that point (a consumer blocks
+//!   on the ready list without popping), nor with a lost reply: the script
+//!   records what it handed out, and the take is sent again and answered
+//!   with that message (claims likewise: `claim`, `consume`).
+//! * **Faults**: every write either did its work exactly once and says so,
+//!   or did not and says so, or returns [`ErrorKind::OutcomeUnknown`]; the
+//!   repository's README has the table of what each call does when its
+//!   connection drops before the command, after it ran, mid-reply, or
+//!   when the reply is late.
 //! * **Latency**: each [`Redwheel`] keeps one wheel timeout per queue at the
 //!   head's due time, replaced only by an earlier head announced on the wake
 //!   channel; a guard sweep (default every second) covers a lost wake-up or
@@ -62,6 +73,7 @@ mod offer;
 mod options;
 mod pop;
 mod remove;
+mod request;
 mod state;
 mod stats;
 mod stored;

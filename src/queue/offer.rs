@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use super::codec::Codec;
 use super::handle::{Queue, check_id, epoch_ms};
-use super::ids::new_message_id;
+use super::ids::{self, new_message_id, new_message_ids};
 use super::keys::Keys;
 use super::message::MessageId;
 use crate::error::{Access, Error, ErrorKind};
@@ -22,19 +22,22 @@ impl<T: Codec> Queue<T> {
     /// Fails with [`ErrorKind::PayloadTooLarge`], [`ErrorKind::Encode`],
     /// [`ErrorKind::DelayOverflow`] (nothing is written),
     /// [`ErrorKind::Unavailable`] when Redis cannot be reached (nothing is
-    /// written), or [`ErrorKind::OutcomeUnknown`] when Redis stopped
-    /// answering after the offer was sent (it may have been written; retry
-    /// with [`offer_with_id`](Queue::offer_with_id) to be sure it is written
-    /// once). The call takes at most
+    /// written), or [`ErrorKind::OutcomeUnknown`] when the connection was
+    /// lost or Redis stopped answering after the offer was sent (it may
+    /// have been written; retry with [`offer_with_id`](Queue::offer_with_id)
+    /// to be sure it is written once). The offer is sent once: never again
+    /// behind the caller's back. The call takes at most
     /// [`command_timeout`](crate::RedwheelOptions::command_timeout).
+    ///
+    /// Ids are made by this process (`ErrorKind::Server` in the
+    /// astronomically unlikely case that the id is in use already: nothing
+    /// is written, and later ids get a new prefix). Messages that one
+    /// process offers with equal due times are delivered in offer order.
     pub fn offer(&self, payload: &T, delay: Duration) -> Result<MessageId, Error> {
         let bytes = self.encode(payload)?;
         let ms = self.delay_ms(delay)?;
         let id = new_message_id();
-        // A retry inside `offer_raw` that finds the id written means the
-        // first attempt succeeded: the offer stands either way.
-        self.offer_raw("r", ms, &id, &bytes)?;
-        Ok(MessageId(id))
+        self.offer_fresh("r", ms, id, &bytes)
     }
 
     /// Offers `payload`, due at `at` (wall-clock time, compared with the
@@ -54,9 +57,51 @@ impl<T: Codec> Queue<T> {
     /// ```
     pub fn offer_at(&self, payload: &T, at: SystemTime) -> Result<MessageId, Error> {
         let bytes = self.encode(payload)?;
-        let id = new_message_id();
-        self.offer_raw("a", epoch_ms(at)?, &id, &bytes)?;
-        Ok(MessageId(id))
+        let at = epoch_ms(at)?;
+        self.offer_fresh("a", at, new_message_id(), &bytes)
+    }
+
+    /// Adds one message under `id`, an id of ours: `Ok` only if it was
+    /// written.
+    fn offer_fresh(
+        &self,
+        mode: &str,
+        value: u64,
+        id: String,
+        bytes: &[u8],
+    ) -> Result<MessageId, Error> {
+        let added = self.offer_raw(mode, value, &id, bytes)?;
+        self.fresh_offered(added, id)
+    }
+
+    /// What an offer under a fresh id of ours means (shared with the async
+    /// offer): `Ok` only if it was written.
+    pub(super) fn fresh_offered(&self, added: bool, id: String) -> Result<MessageId, Error> {
+        if added {
+            return Ok(MessageId(id));
+        }
+        ids::reseed();
+        Err(self.id_in_use(&id, false))
+    }
+
+    /// The error of an id of ours found in use (`id`, or one of a batch's
+    /// chunk starting at `id`): another process makes ids with the same
+    /// prefix (a `fork()` that went unseen, or a collision of 64 random
+    /// bits).
+    fn id_in_use(&self, id: &str, batch: bool) -> Error {
+        let what = if batch {
+            format!("an id of the batch chunk starting at {id}")
+        } else {
+            format!("the id {id}")
+        };
+        let e = self.tag(Error::new(
+            ErrorKind::Server,
+            format!(
+                "{what}, made by this process, is already in use in the queue; nothing of it was written \
+                 (ids made from now on have a new prefix)"
+            ),
+        ));
+        if batch { e } else { e.for_message(id) }
     }
 
     /// Offers `payload` under an id of the caller's choosing, due `delay`
@@ -140,9 +185,13 @@ impl<T: Codec> Queue<T> {
     ///
     /// Every payload and delay is checked before anything is sent. The
     /// messages are written in atomic chunks of up to 1,000 (one script call
-    /// each); if Redis fails midway, the chunks already written stay. For a
-    /// batch that can be retried safely, use
-    /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids).
+    /// each, sent once); if Redis fails midway, the chunks already written
+    /// stay, and the chunk in flight when a connection was lost may or may
+    /// not have been written ([`ErrorKind::OutcomeUnknown`]). For a batch
+    /// that can be retried safely, use
+    /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids). The ids
+    /// sort in batch order, so messages with equal due times are delivered
+    /// in batch order.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -160,10 +209,11 @@ impl<T: Codec> Queue<T> {
     pub fn offer_batch(&self, messages: &[(T, Duration)]) -> Result<Vec<MessageId>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
         let limit = self.delay_limit();
-        for (payload, delay) in messages {
+        let mut ids = new_message_ids(messages.len()).into_iter();
+        for ((payload, delay), id) in messages.iter().zip(&mut ids) {
             let bytes = self.encode(payload)?;
             let ms = self.delay_ms_within(*delay, limit)?;
-            encoded.push((new_message_id(), ms, bytes));
+            encoded.push((id, ms, bytes));
         }
         self.offer_batch_raw("r", false, &encoded)?;
         Ok(encoded
@@ -177,9 +227,10 @@ impl<T: Codec> Queue<T> {
     /// clamped to now).
     pub fn offer_batch_at(&self, messages: &[(T, SystemTime)]) -> Result<Vec<MessageId>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
-        for (payload, at) in messages {
+        let mut ids = new_message_ids(messages.len()).into_iter();
+        for ((payload, at), id) in messages.iter().zip(&mut ids) {
             let bytes = self.encode(payload)?;
-            encoded.push((new_message_id(), epoch_ms(*at)?, bytes));
+            encoded.push((id, epoch_ms(*at)?, bytes));
         }
         self.offer_batch_raw("a", false, &encoded)?;
         Ok(encoded
@@ -251,7 +302,8 @@ impl<T: Codec> Queue<T> {
                     Ok((inv.invoke(con)?, self.wait(con)?))
                 })
                 .map_err(|e| self.tag(e))?;
-            added.extend(self.batch_written(check_ids, chunk.len(), reply, replicas)?);
+            let first = chunk.first().map_or("", |(id, _, _)| id.as_str());
+            added.extend(self.batch_written(check_ids, chunk.len(), first, reply, replicas)?);
         }
         Ok(added)
     }
@@ -262,6 +314,7 @@ impl<T: Codec> Queue<T> {
         &self,
         check_ids: bool,
         len: usize,
+        first_id: &str,
         reply: redis::Value,
         replicas: Option<i64>,
     ) -> Result<Vec<bool>, Error> {
@@ -275,7 +328,12 @@ impl<T: Codec> Queue<T> {
             let flags: Vec<i64> = redis::from_redis_value(reply).map_err(protocol)?;
             flags.into_iter().map(|f| f == 1).collect()
         } else {
-            let _: i64 = redis::from_redis_value(reply).map_err(protocol)?;
+            let written: i64 = redis::from_redis_value(reply).map_err(protocol)?;
+            if written < 0 {
+                // Nothing of this chunk was written.
+                ids::reseed();
+                return Err(self.id_in_use(first_id, true));
+            }
             vec![true; len]
         };
         let new = added.iter().filter(|&&a| a).count();

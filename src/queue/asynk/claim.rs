@@ -9,11 +9,12 @@ use redis::Value;
 
 use super::Popped;
 use crate::error::{Access, Error, ErrorKind};
-use crate::queue::claim::{Claims, claim_keys};
+use crate::queue::claim::claim_keys;
 use crate::queue::codec::Codec;
 use crate::queue::delivery::{Delivery, nack_keys};
 use crate::queue::handle::Queue;
 use crate::queue::keys::Keys;
+use crate::queue::request::Request;
 use crate::runtime::{Command, Orphan, Runtime, detach};
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 
@@ -49,7 +50,7 @@ impl<T: Codec> Queue<T> {
     ) -> impl Future<Output = Result<Option<Delivery<T>>, Error>> + Send + 'static {
         let q = self.clone();
         async move {
-            let mut batch = q.claim_some_async(1, wait).await?.0;
+            let mut batch = q.claim_some_async(1, wait).await?;
             match batch.pop() {
                 Some(Ok(d)) => Ok(Some(d)),
                 Some(Err(e)) => Err(e),
@@ -78,7 +79,6 @@ impl<T: Codec> Queue<T> {
             }
             Ok(q.claim_some_async(n, wait)
                 .await?
-                .0
                 .into_iter()
                 .filter_map(Result::ok)
                 .collect())
@@ -91,53 +91,64 @@ impl<T: Codec> Queue<T> {
         &self,
         n: usize,
         wait: Duration,
-    ) -> Result<Claims<T>, Error> {
+    ) -> Result<Vec<Result<Delivery<T>, Error>>, Error> {
         let keys = &self.state.keys;
-        let [vis, prefix, count] = self.claim_args(n);
+        // One request for every round of this call (as the synchronous
+        // claim): a round whose reply was lost is answered again.
+        let req = Request::new(keys);
+        let (vis, count) = (self.claim_visibility(), n.to_string());
         let command = Command::script(
             &scripts::CLAIM,
-            &claim_keys(keys),
-            &[vis.as_bytes(), prefix.as_bytes(), count.as_bytes(), b"0"],
+            &claim_keys(keys, &req.key),
+            &[
+                vis.as_bytes(),
+                req.token.as_bytes(),
+                count.as_bytes(),
+                req.seq_arg.as_bytes(),
+                req.ttl_arg.as_bytes(),
+                b"0",
+            ],
         );
         let rt = Arc::downgrade(self.rt());
         let nack = Arc::new((keys.clone(), self.max_deliveries));
         let orphan = || -> Option<Orphan> {
             let (rt, nack) = (Weak::clone(&rt), Arc::clone(&nack));
-            Some(Box::new(move |values: Vec<Value>| {
-                if let Some(rt) = rt.upgrade() {
+            Some(Box::new(move |values: Option<Vec<Value>>| {
+                // A lost reply: what it claimed comes back when its
+                // visibility ends.
+                if let (Some(rt), Some(values)) = (rt.upgrade(), values) {
                     give_back_claims(rt, &nack.0, nack.1, values);
                 }
             }))
         };
-        // A claim's reply lost on the wire: its message comes back when the
-        // visibility ends; keep waiting, as the synchronous claim does.
         let popped = self
-            .pop_async(Instant::now().checked_add(wait), command, 2, orphan, |_| {
-                None
-            })
+            .pop_async(
+                "claim",
+                Instant::now().checked_add(wait),
+                command,
+                3,
+                orphan,
+            )
             .await?;
+        drop(req);
         let Popped::Found(reply) = popped else {
-            return Ok((Vec::new(), 0));
+            return Ok(Vec::new());
         };
-        let (claims, refused) = self.read_claims_async(reply).await?;
-        Ok((claims, refused))
-    }
-
-    /// `read_claims`, with undecodable messages parked through the
-    /// multiplexed connection.
-    async fn read_claims_async(&self, reply: Value) -> Result<Claims<T>, Error> {
-        let (claims, refused) = self.read_claims_raw(reply)?;
-        let mut out = Vec::with_capacity(claims.len());
-        for c in claims {
+        let raw = self.read_claims_raw(reply)?;
+        let mut out = Vec::with_capacity(raw.deliveries.len());
+        for c in raw.deliveries {
             out.push(match c {
                 Ok(d) => Ok(d),
-                Err((id, stored, cause)) => {
-                    let parked = self.park_async(&id, &stored, &cause.to_string()).await;
-                    Err(self.decode_failed(&id, parked, cause))
+                Err(u) => {
+                    let reason = u.cause.to_string();
+                    let parked = self
+                        .park_async(&u.id, &u.stored, Some(&u.token), &reason)
+                        .await;
+                    Err(self.decode_failed(&u.id, Some(&u.token), parked, u.cause))
                 }
             });
         }
-        Ok((out, refused))
+        Ok(out)
     }
 }
 
@@ -147,8 +158,8 @@ fn give_back_claims(rt: Arc<Runtime>, keys: &Keys, max_deliveries: u32, values: 
     let Some(Value::Array(items)) = values.into_iter().next() else {
         return;
     };
-    // [deadline, refused, (id, value, attempt, token)…]
-    for entry in items.get(2..).unwrap_or_default().chunks(4) {
+    // [deadline, refused, acked, (id, value, attempt, token)…]
+    for entry in items.get(3..).unwrap_or_default().chunks(4) {
         let [Value::BulkString(id), _, _, Value::BulkString(token)] = entry else {
             continue;
         };

@@ -36,8 +36,9 @@ use redis::Value;
 
 use super::codec::Codec;
 use super::handle::Queue;
+use super::pop::Unresolved;
 use crate::error::{Access, Error};
-use crate::runtime::{Backoff, Command, Orphan, first_reply, shut_down};
+use crate::runtime::{Backoff, Cell, Command, Orphan, first_reply, shut_down};
 
 /// What a pop script found.
 pub(super) enum Popped {
@@ -48,21 +49,24 @@ pub(super) enum Popped {
 }
 
 impl<T: Codec> Queue<T> {
-    /// Runs a pop script (`take.lua`, `claim.lua`: `Nil`, or an array of at
-    /// most `header` elements, when it finds nothing) until it finds
-    /// something or `deadline` passes, waiting for the ready list in
-    /// between. `orphan` makes the handler of each attempt's replies should
-    /// the future be dropped while it is on the wire. A transient failure
-    /// before sending is waited out on the reconnect backoff; `lost`
-    /// decides what a reply lost after sending means (`Some`: the error to
-    /// return; `None`: keep waiting).
+    /// Runs a pop request (`take.lua`, `claim.lua` with their reply
+    /// record: `Nil`, or an array of at most `header` elements, when it
+    /// finds nothing) until it finds something or `deadline` passes,
+    /// waiting for the ready list in between. `orphan` makes the handler
+    /// of each attempt's replies should the future be dropped while it is
+    /// on the wire. As the synchronous `wait_pop`: a transient failure is
+    /// waited out on the reconnect backoff, and an attempt whose reply was
+    /// lost is sent again (the same request) until Redis answers what it
+    /// did; past `deadline` (and `command_timeout` more), at shutdown, or
+    /// after `RESOLVE_WITHIN`, such an attempt makes it fail with
+    /// `OutcomeUnknown`.
     pub(super) async fn pop_async(
         &self,
+        op: &'static str,
         deadline: Option<Instant>,
         command: Command,
         header: usize,
         orphan: impl Fn() -> Option<Orphan>,
-        lost: impl Fn(Error) -> Option<Error>,
     ) -> Result<Popped, Error> {
         let rt = Arc::clone(self.rt());
         let route = self.state.keys.ready.clone();
@@ -71,9 +75,20 @@ impl<T: Codec> Queue<T> {
         // the wire is kept.
         let ticket = ready.register();
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+        let mut unresolved = Unresolved::default();
+        let give_up = |unresolved: &Unresolved, e: Error| -> Error {
+            if unresolved.pending() {
+                self.tag(unresolved.outcome_unknown(op, Some(e)))
+            } else {
+                e
+            }
+        };
         loop {
             if rt.is_shut_down() {
-                return Err(self.tag(shut_down()));
+                return Err(give_up(&unresolved, self.tag(shut_down())));
+            }
+            if unresolved.too_old() {
+                return Err(self.tag(unresolved.outcome_unknown(op, None)));
             }
             ticket.cell().reset();
             let reply = rt
@@ -87,33 +102,47 @@ impl<T: Codec> Queue<T> {
                     return Ok(Popped::Found(v));
                 }
                 Ok(_) => {
+                    unresolved.resolved();
                     backoff.reset();
                     None
                 }
-                Err(e) if e.is_outcome_unknown() => match lost(self.tag(e)) {
-                    Some(e) => return Err(e),
-                    None => Some(backoff.step()),
-                },
                 Err(e) if e.is_transient() => {
+                    if e.is_outcome_unknown() {
+                        // It may have run: the same request again, at once
+                        // after the backoff, answered by what it did.
+                        unresolved.lost();
+                    }
                     tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "redis unavailable while waiting; retrying");
-                    Some(backoff.step())
+                    Some((backoff.step(), e))
                 }
-                Err(e) => return Err(self.tag(e)),
+                Err(e) => return Err(give_up(&unresolved, self.tag(e))),
             };
-            let now = Instant::now();
-            let left = deadline.map(|d| d.saturating_duration_since(now));
+            // While an attempt is unanswered, wait for its answer: past
+            // `deadline`, for at most `command_timeout` from the later of
+            // the deadline and the loss.
+            let until = match (deadline, unresolved.since()) {
+                (Some(d), Some(lost)) => Some(d.max(lost) + rt.options.command_timeout),
+                _ => deadline,
+            };
+            let left = until.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
-                return Ok(Popped::Nothing);
+                return match pause {
+                    Some((_, e)) => Err(give_up(&unresolved, self.tag(e))),
+                    None if unresolved.pending() => {
+                        Err(self.tag(unresolved.outcome_unknown(op, None)))
+                    }
+                    None => Ok(Popped::Nothing),
+                };
             }
             // Woken by the transfer job; at most a blocking round of the
             // synchronous call apart, as a safety net.
-            let mut wait = pause.unwrap_or(rt.options.max_block);
+            let mut wait = pause.as_ref().map_or(rt.options.max_block, |(d, _)| *d);
             if let Some(l) = left {
                 wait = wait.min(l);
             }
             let cell = if pause.is_some() {
                 // A backoff pause: not cut short by the ready list.
-                Arc::new(crate::runtime::Cell::default())
+                Arc::new(Cell::default())
             } else {
                 Arc::clone(ticket.cell())
             };

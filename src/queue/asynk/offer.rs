@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::{Access, Error, ErrorKind};
 use crate::queue::codec::Codec;
 use crate::queue::handle::{Queue, check_id};
-use crate::queue::ids::new_message_id;
+use crate::queue::ids::{new_message_id, new_message_ids};
 use crate::queue::message::MessageId;
 use crate::queue::offer::{batch_args, offer_keys};
 use crate::runtime::{Command, first_reply};
@@ -48,8 +48,8 @@ impl<T: Codec> Queue<T> {
         let prepared = self.offer_command("r", delay, &id, payload);
         let q = self.clone();
         async move {
-            q.send_offer(prepared?, &id).await?;
-            Ok(MessageId(id))
+            let added = q.send_offer(prepared?, &id).await?;
+            q.fresh_offered(added, id)
         }
     }
 
@@ -124,7 +124,7 @@ impl<T: Codec> Queue<T> {
         let q = self.clone();
         async move {
             let (ids, commands) = prepared?;
-            for (command, len) in commands {
+            for (command, len, first) in commands {
                 let _span = telemetry::queue_op_async("offer_batch", &q.state.name, len);
                 let mut replies = Arc::clone(q.rt())
                     .call(&q.state.keys.delayed, Access::Write, command, None)
@@ -139,7 +139,7 @@ impl<T: Codec> Queue<T> {
                     }
                     None => None,
                 };
-                q.batch_written(false, len, reply, replicas)?;
+                q.batch_written(false, len, &first, reply, replicas)?;
             }
             Ok(ids.into_iter().map(MessageId).collect())
         }
@@ -149,13 +149,15 @@ impl<T: Codec> Queue<T> {
     fn batch_commands(
         &self,
         messages: &[(T, Duration)],
-    ) -> Result<(Vec<String>, Vec<(Command, usize)>), Error> {
+    ) -> Result<(Vec<String>, Vec<(Command, usize, String)>), Error> {
         let limit = self.delay_limit();
         let mut encoded: Vec<(String, u64, Cow<'_, [u8]>)> = Vec::with_capacity(messages.len());
-        for (payload, delay) in messages {
+        // Ids that sort in batch order, as the synchronous batch's.
+        let ids = new_message_ids(messages.len());
+        for ((payload, delay), id) in messages.iter().zip(ids) {
             let bytes = self.encode(payload)?;
             let ms = self.delay_ms_within(*delay, limit)?;
-            encoded.push((new_message_id(), ms, bytes));
+            encoded.push((id, ms, bytes));
         }
         let keys = offer_keys(&self.state.keys);
         let commands = encoded
@@ -168,7 +170,8 @@ impl<T: Codec> Queue<T> {
                     Some(wait) => command.then(&wait),
                     None => command,
                 };
-                (command, chunk.len())
+                let first = chunk.first().map_or(String::new(), |(id, _, _)| id.clone());
+                (command, chunk.len(), first)
             })
             .collect();
         Ok((encoded.into_iter().map(|(id, _, _)| id).collect(), commands))

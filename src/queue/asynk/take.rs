@@ -10,21 +10,21 @@ use redis::Value;
 use super::Popped;
 use crate::error::{Access, Error, ErrorKind};
 use crate::queue::codec::Codec;
-use crate::queue::dead::{park_args, park_keys};
+use crate::queue::dead::{Parked, park_args, park_keys};
 use crate::queue::handle::Queue;
 use crate::queue::keys::Keys;
 use crate::queue::message::Message;
+use crate::queue::request::{RESOLVE_WITHIN, Request};
 use crate::queue::take::{Taken, take_keys};
 use crate::runtime::{Backoff, Cell, Command, Orphan, Runtime, detach, first_reply};
 use crate::scripts;
 
 impl<T: Codec> Queue<T> {
     /// [`take`](Queue::take) as a future: waits for the next due message
-    /// and takes it (at-most-once from here). Same errors as `take`, with
-    /// one difference: a take whose reply was lost (the connection failed
-    /// after the script was sent) fails with
-    /// [`ErrorKind::OutcomeUnknown`] (the message may be gone) instead of
-    /// waiting on.
+    /// and takes it (at-most-once from here). Same errors as `take`: a take
+    /// whose reply was lost is sent again and answered with the message the
+    /// lost one took (its reply record), or fails with
+    /// [`ErrorKind::OutcomeUnknown`] if Redis cannot be asked in time.
     ///
     /// It waits without holding a connection: woken when this process's
     /// transfer job has run (at every due time announced on the queue's
@@ -35,9 +35,11 @@ impl<T: Codec> Queue<T> {
     /// while waiting, nothing was taken. Dropped with a take on the wire,
     /// the message it is handed (if any) goes back to the head of the ready
     /// list (`give_back.lua`, sent by redwheel's threads, retried while
-    /// Redis is unreachable). The one exception is the same as the
-    /// synchronous take's: if the connection fails in the instant between
-    /// the script and its reply, the message may be gone (logged, as
+    /// Redis is unreachable); if the connection fails before the reply
+    /// comes, the same request is sent again (answered from its reply
+    /// record) to learn which message it took, and that one goes back.
+    /// Only if Redis cannot be asked for five minutes, or the `Redwheel`
+    /// shuts down first, may that message be lost (logged as an error, as
     /// nobody is left to tell).
     ///
     /// ```no_run
@@ -79,22 +81,31 @@ impl<T: Codec> Queue<T> {
         deadline: Option<Instant>,
     ) -> Result<Option<Message<T>>, Error> {
         let keys = &self.state.keys;
-        let command = Command::script(&scripts::TAKE, &take_keys(keys), &[]);
+        // One request for every round of this call (as the synchronous
+        // take): a round whose reply was lost is answered again.
+        let req = Arc::new(Request::new(keys));
+        let command = Command::script(
+            &scripts::TAKE,
+            &take_keys(keys, &req.key),
+            &[req.seq_arg.as_bytes(), req.ttl_arg.as_bytes()],
+        );
         let rt = Arc::downgrade(self.rt());
         let give_back_keys = Arc::new(keys.clone());
         let orphan = || -> Option<Orphan> {
-            let (rt, keys) = (Weak::clone(&rt), Arc::clone(&give_back_keys));
-            Some(Box::new(move |values: Vec<Value>| {
+            let (rt, keys, req, command) = (
+                Weak::clone(&rt),
+                Arc::clone(&give_back_keys),
+                Arc::clone(&req),
+                command.clone(),
+            );
+            Some(Box::new(move |values: Option<Vec<Value>>| {
                 if let Some(rt) = rt.upgrade() {
-                    give_back(rt, keys, values);
+                    give_back(rt, keys, req, command, values);
                 }
             }))
         };
         let popped = self
-            .pop_async(deadline, command, 0, orphan, |lost| {
-                tracing::warn!(target: "redwheel::queue", queue = %self.state.name, error = %lost, "take: the reply was lost; a message may have been taken");
-                Some(lost)
-            })
+            .pop_async("take", deadline, command.clone(), 0, orphan)
             .await?;
         let Popped::Found(value) = popped else {
             return Ok(None);
@@ -102,46 +113,91 @@ impl<T: Codec> Queue<T> {
         match self.taken(value)? {
             Taken::Message(m) => Ok(Some(m)),
             Taken::Undecodable(id, stored, cause) => {
-                let parked = self.park_async(&id, &stored, &cause.to_string()).await;
-                Err(self.decode_failed(&id, parked, cause))
+                let parked = self
+                    .park_async(&id, &stored, None, &cause.to_string())
+                    .await;
+                Err(self.decode_failed(&id, None, parked, cause))
             }
         }
     }
 
     /// Parks an undecodable message as a dead letter through the
-    /// multiplexed connection; true if it was.
-    pub(crate) async fn park_async(&self, id: &str, stored: &[u8], reason: &str) -> bool {
-        let args = park_args(id, stored, reason);
+    /// multiplexed connection (`token`: the claim that handed it out).
+    pub(crate) async fn park_async(
+        &self,
+        id: &str,
+        stored: &[u8],
+        token: Option<&str>,
+        reason: &str,
+    ) -> Parked {
+        let args = park_args(id, stored, token, reason);
         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let command = Command::script(&scripts::PARK, &park_keys(&self.state.keys), &args);
         let result = Arc::clone(self.rt())
             .call(&self.state.keys.msg, Access::Write, command, None)
             .await
             .and_then(|v| first_reply(v, Access::Write))
-            .map(drop);
+            .and_then(|v| {
+                redis::from_redis_value::<i64>(v).map_err(|e| {
+                    Error::new(ErrorKind::Protocol, "unexpected reply to park.lua").with_cause(e)
+                })
+            });
         self.parked(id, result)
     }
 }
 
-/// A take's replies arrived after its future was dropped: a message it was
-/// handed goes back to the head of the ready list, on redwheel's threads.
-fn give_back(rt: Arc<Runtime>, keys: Arc<Keys>, values: Vec<Value>) {
-    let Some(Value::Array(items)) = values.into_iter().next() else {
-        return; // nothing was taken (Nil), or an error reply
-    };
-    let (Some(Value::BulkString(id)), Some(Value::BulkString(stored))) =
-        (items.first(), items.get(1))
-    else {
-        return;
-    };
-    let command = Command::script(
-        &scripts::GIVE_BACK,
-        &[&keys.ready, &keys.msg, &keys.counts],
-        &[id, stored],
-    );
-    let id = String::from_utf8_lossy(id).into_owned();
+/// A take's replies arrived after its future was dropped (`Some`), or its
+/// connection failed after it was sent (`None`: it may have run): the
+/// message it took, if any, goes back to the head of the ready list, on
+/// redwheel's threads. After a lost reply, the same request is sent again
+/// (its reply record answers what it did) until Redis answers.
+fn give_back(
+    rt: Arc<Runtime>,
+    keys: Arc<Keys>,
+    req: Arc<Request>,
+    command: Command,
+    values: Option<Vec<Value>>,
+) {
     detach(async move {
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+        let started = Instant::now();
+        let mut values = values;
+        let taken = loop {
+            if let Some(v) = values.take() {
+                break v;
+            }
+            // The request's slot is ours until this ends (`req`): its
+            // record cannot be replaced by a later request meanwhile.
+            let _ = &req;
+            if rt.is_shut_down() || started.elapsed() >= RESOLVE_WITHIN {
+                tracing::error!(target: "redwheel::queue", key = %keys.ready, "a dropped take's reply was lost and redis could not be asked again: a message may be lost");
+                return;
+            }
+            match rt
+                .call(&keys.ready, Access::Write, command.clone(), None)
+                .await
+            {
+                Ok(v) => values = Some(v),
+                Err(_) => {
+                    rt.wait_for(&Arc::new(Cell::default()), Some(backoff.step()))
+                        .await;
+                }
+            }
+        };
+        let Some(Value::Array(items)) = taken.into_iter().next() else {
+            return; // nothing was taken (Nil), or an error reply
+        };
+        let (Some(Value::BulkString(id)), Some(Value::BulkString(stored))) =
+            (items.first(), items.get(1))
+        else {
+            return;
+        };
+        let command = Command::script(
+            &scripts::GIVE_BACK,
+            &[&keys.ready, &keys.msg, &keys.counts],
+            &[id, stored],
+        );
+        let id = String::from_utf8_lossy(id).into_owned();
         loop {
             let r = rt
                 .call(&keys.ready, Access::Write, command.clone(), None)

@@ -25,7 +25,7 @@
 //! (the claimer and worker threads), `extend.rs` (the visibility job).
 
 mod extend;
-mod running;
+pub(super) mod running;
 #[cfg(feature = "async")]
 mod stream;
 mod worker;
@@ -42,8 +42,6 @@ use parking_lot::Mutex;
 
 #[cfg(feature = "async")]
 pub use self::stream::Deliveries;
-#[cfg(feature = "async")]
-pub(crate) use self::stream::Held;
 
 use self::extend::ExtendJob;
 use self::running::{Inner, Running};
@@ -82,7 +80,8 @@ impl fmt::Debug for Consumer {
 type Release = Box<dyn Fn(&[Running]) + Send + Sync>;
 
 impl Consumer {
-    /// Messages acked so far.
+    /// Messages acked so far (an ack that found its message gone, removed
+    /// meanwhile, is not counted).
     pub fn handled(&self) -> u64 {
         self.inner.handled.load(Ordering::Relaxed)
     }

@@ -15,17 +15,17 @@ use std::time::Instant;
 use futures_core::Stream;
 use parking_lot::Mutex;
 
-use super::running::{Inner, Running};
+use super::running::{Held, Inner, Running, Shared};
 use crate::error::{Access, Error, ErrorKind};
-use crate::queue::claim::Claims;
 use crate::queue::codec::Codec;
 use crate::queue::delivery::{Delivery, nack_keys};
 use crate::queue::handle::Queue;
 use crate::queue::options::ConsumerOptions;
-use crate::runtime::{Cell, Command, Runtime, detach};
+use crate::runtime::{Cell, Command, detach};
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 
-type Claiming<T> = Pin<Box<dyn Future<Output = Result<Claims<T>, Error>> + Send>>;
+type Claiming<T> =
+    Pin<Box<dyn Future<Output = Result<Vec<Result<Delivery<T>, Error>>, Error>> + Send>>;
 
 /// The claimed deliveries of a queue, as a [`Stream`]; see
 /// [`Queue::deliveries`].
@@ -49,48 +49,6 @@ impl<T: Codec> fmt::Debug for Deliveries<T> {
             .field("queue", &self.q.state.name)
             .field("held", &self.shared.inner.running.lock().len())
             .finish_non_exhaustive()
-    }
-}
-
-/// What a stream and the deliveries it handed out share: the running map
-/// the extension job reads, and the job's registration (ended when the
-/// last of them is gone).
-struct Shared {
-    inner: Arc<Inner>,
-    rt: Arc<Runtime>,
-    key: String,
-    next: AtomicUsize,
-    /// Fired when a held delivery is done (room for another claim).
-    room: Mutex<Arc<Cell>>,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        self.rt.driver.unregister(&self.key);
-    }
-}
-
-/// A delivery held by a stream: extended until acked, nacked or dropped.
-pub(crate) struct Held {
-    shared: Arc<Shared>,
-    key: usize,
-    done: AtomicBool,
-}
-
-impl Held {
-    /// Done with it (acked, nacked, dropped): no longer extended.
-    pub(crate) fn done(&self) {
-        if !self.done.swap(true, Ordering::AcqRel) {
-            self.shared.inner.running.lock().remove(&self.key);
-            let room = Arc::clone(&self.shared.room.lock());
-            room.fire();
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.done();
     }
 }
 
@@ -185,11 +143,7 @@ impl<T: Codec> Deliveries<T> {
                         released: Arc::default(),
                     },
                 );
-                d.held = Some(Held {
-                    shared: Arc::clone(&self.shared),
-                    key,
-                    done: AtomicBool::new(false),
-                });
+                d.held = Some(Held::new(&self.shared, key));
                 d
             }));
         }
@@ -218,7 +172,7 @@ impl<T: Codec> Stream for Deliveries<T> {
                 };
                 this.claiming = None;
                 match result {
-                    Ok((claims, _)) => this.hold(claims),
+                    Ok(claims) => this.hold(claims),
                     Err(e) if e.kind() == ErrorKind::Shutdown => {
                         this.done = true;
                         return Poll::Ready(None);

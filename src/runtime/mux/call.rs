@@ -370,8 +370,10 @@ impl Drop for Call {
         {
             let orphan = if *loading { None } else { self.orphan.take() };
             let orphan = match (orphan, *asking) {
-                (Some(f), true) => Some(Box::new(move |mut v: Vec<Value>| {
-                    if !v.is_empty() {
+                (Some(f), true) => Some(Box::new(move |mut v: Option<Vec<Value>>| {
+                    if let Some(v) = &mut v
+                        && !v.is_empty()
+                    {
                         v.remove(0);
                     }
                     f(v)

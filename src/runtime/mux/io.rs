@@ -37,9 +37,20 @@ use crate::runtime::endpoint::Endpoint;
 use crate::runtime::pool::{TryRunError, shut_down};
 
 /// What happens to the replies of a request whose future was dropped
-/// before it read them: called with the replies if they came (none of
-/// them an error of the connection), on the thread that learns of it.
-pub(crate) type Orphan = Box<dyn FnOnce(Vec<Value>) + Send>;
+/// before it read them, on the thread that learns of them: called with
+/// the replies if they came (error replies included), or with `None` if
+/// the connection failed after the request was sent (it may have run).
+/// Not called for a request that was never sent.
+pub(crate) type Orphan = Box<dyn FnOnce(Option<Vec<Value>>) + Send>;
+
+/// Hands `result` to `orphan` as [`Orphan`] says.
+fn orphaned(orphan: Option<Orphan>, result: Result<Vec<Value>, TryRunError>) {
+    match (orphan, result) {
+        (Some(f), Ok(values)) => f(Some(values)),
+        (Some(f), Err(TryRunError::Failed(_))) => f(None),
+        _ => {}
+    }
+}
 
 /// Where one request's replies go: the I/O thread fills it, the request's
 /// future reads it.
@@ -62,9 +73,7 @@ impl ReplySlot {
         let mut st = self.state.lock();
         if let Some(orphan) = st.abandoned.take() {
             drop(st);
-            if let (Some(orphan), Ok(values)) = (orphan, result) {
-                orphan(values);
-            }
+            orphaned(orphan, result);
             return;
         }
         st.result = Some(result);
@@ -100,9 +109,7 @@ impl ReplySlot {
         match st.result.take() {
             Some(result) => {
                 drop(st);
-                if let (Some(orphan), Ok(values)) = (orphan, result) {
-                    orphan(values);
-                }
+                orphaned(orphan, result);
             }
             None => {
                 st.waker = None;
