@@ -3,7 +3,7 @@
 //! peer…); one JSON line per run, then the medians and their ratio.
 //!
 //! ```text
-//! cargo run --release --features async --example bench_async -- [a1,a3,s1] [--reps 3]
+//! cargo run --release --features async --example bench_async -- [a1,a2,a3,s1] [--reps 3]
 //! ```
 //!
 //! Uses the Redis at `REDIS_URL` if set (flushed between runs: use a
@@ -17,6 +17,12 @@
 //!   connection (`redis` with `tokio-comp`) sending the same number of
 //!   `EVALSHA` of the peers' raw `offer.lua`
 //!   (`shared/peers/redis-raw/lua/offer.lua`, built in) from 64 tasks.
+//! * A2: 100,000 tasks each awaiting a sleep of U[1, 2000] ms: tasks
+//!   created (spawned and their sleep armed) per second, lateness
+//!   (wake-up − deadline) p50 and p99, and resident memory per sleeping
+//!   task (`/proc/self/statm` before and after all are armed), of
+//!   `HashedWheelTimer::sleep` (1 ms ticks) beside `tokio::time::sleep`,
+//!   on the same runtime.
 //! * A3: 100,000 due messages; 64 tasks each looping `claim_async` +
 //!   `ack_async` until all are acked: messages/s, beside the synchronous
 //!   consumer pool (`consume`, 64 workers, 4 claimers, a no-op handler).
@@ -175,6 +181,110 @@ fn a1_peer(url: &str) -> Res<f64> {
     Ok(N as f64 / secs)
 }
 
+/// Resident memory of this process, bytes.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// A future that counts, once, that its first poll has happened (its
+/// sleep is armed).
+struct Armed<F> {
+    inner: std::pin::Pin<Box<F>>,
+    count: Option<Arc<AtomicUsize>>,
+}
+
+impl<F: std::future::Future> std::future::Future for Armed<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let r = self.inner.as_mut().poll(cx);
+        if let Some(c) = self.count.take() {
+            c.fetch_add(1, Ordering::Release);
+        }
+        r
+    }
+}
+
+/// A2 on either timer; `sleep(ms)` makes the future. Prints the figures,
+/// returns tasks created per second.
+fn a2_run<S, F>(side: &str, sleep: S) -> Res<f64>
+where
+    S: Fn(Duration) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let rt = runtime();
+    let sleep = Arc::new(sleep);
+    let mut rng = SplitMix64(99);
+    let delays: Vec<Duration> = (0..N)
+        .map(|_| Duration::from_millis(rng.range(1, 2_000)))
+        .collect();
+    let (created_per_s, late, bytes) = rt.block_on(async move {
+        let armed = Arc::new(AtomicUsize::new(0));
+        let before = rss();
+        let start = Instant::now();
+        let mut tasks = Vec::with_capacity(N);
+        for d in delays {
+            let (sleep, armed) = (Arc::clone(&sleep), Arc::clone(&armed));
+            tasks.push(tokio::spawn(async move {
+                let deadline = Instant::now() + d;
+                Armed {
+                    inner: Box::pin(sleep(d)),
+                    count: Some(armed),
+                }
+                .await;
+                Instant::now()
+                    .saturating_duration_since(deadline)
+                    .as_secs_f64()
+                    * 1e3
+            }));
+        }
+        while armed.load(Ordering::Acquire) < N {
+            tokio::task::yield_now().await;
+        }
+        let created = N as f64 / start.elapsed().as_secs_f64();
+        let bytes = rss().saturating_sub(before) as f64 / N as f64;
+        let mut late = Vec::with_capacity(N);
+        for t in tasks {
+            late.push(t.await.expect("a sleeping task"));
+        }
+        late.sort_by(|a, b| a.total_cmp(b));
+        (created, late, bytes)
+    });
+    let pct = |p: f64| late[((p * late.len() as f64) as usize).min(late.len() - 1)];
+    println!(
+        r#"{{"bench":"a2","side":"{side}","tasks_created_per_s":{created_per_s:.0},"lateness_p50_ms":{:.2},"lateness_p99_ms":{:.2},"bytes_per_sleeping_task":{bytes:.0}}}"#,
+        pct(0.50),
+        pct(0.99)
+    );
+    Ok(created_per_s)
+}
+
+fn a2_ours(_url: &str) -> Res<f64> {
+    let timer = redwheel::timer::HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(2048)
+        .build()?;
+    a2_run("redwheel", move |d| {
+        let s = timer.sleep(d);
+        async move {
+            s.await.expect("the timer runs");
+        }
+    })
+}
+
+fn a2_peer(_url: &str) -> Res<f64> {
+    a2_run("tokio", tokio::time::sleep)
+}
+
 /// N due messages in queue `name`, all on the ready list.
 fn fill_ready(rw: &Redwheel, name: &str) -> Res<Queue<String>> {
     let q: Queue<String> = rw.queue(name)?;
@@ -322,7 +432,12 @@ type Bench = fn(&str) -> Res<f64>;
 
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut which = vec!["a1".to_owned(), "a3".to_owned(), "s1".to_owned()];
+    let mut which = vec![
+        "a1".to_owned(),
+        "a2".to_owned(),
+        "a3".to_owned(),
+        "s1".to_owned(),
+    ];
     let mut reps = 3;
     let mut i = 0;
     while i < args.len() {
@@ -351,6 +466,7 @@ fn main() -> Res<()> {
                 "offers/s",
                 "redis-rs multiplexed EVALSHA offer.lua",
             ),
+            "a2" => (a2_ours, a2_peer, "tasks created/s", "tokio::time::sleep"),
             "a3" => (
                 a3_ours,
                 a3_peer,

@@ -63,19 +63,23 @@ impl HashedWheelTimer {
     /// wheel: never before its deadline, at the end of the tick that holds
     /// it (as any timeout).
     ///
-    /// The deadline is taken now; the timeout is put on the wheel at the
-    /// first poll (a deadline already past by then completes at once, with
-    /// nothing put on the wheel). `Err(TimerError::Stopped)` if the timer
-    /// was stopped before the deadline, `Err(TimerError::TooManyPending)`
-    /// past `max_pending`. `Send`; it needs no executor of its own.
+    /// The timeout is put on the wheel now (a zero delay puts nothing
+    /// there: the future is ready at once). It ends with
+    /// `Err(TimerError::Stopped)` if the timer was (or is) stopped before
+    /// the deadline, `Err(TimerError::TooManyPending)` past `max_pending`.
+    /// `Send`; it needs no executor of its own, and any executor's waker
+    /// will do.
     ///
-    /// **Cancellation**: dropping it cancels its timeout.
+    /// **Cancellation**: dropping it cancels its timeout (the task never
+    /// runs; its slot goes back to the pool).
     ///
     /// ```
     /// use std::time::Duration;
     /// use redwheel::timer::HashedWheelTimer;
     ///
-    /// let timer = HashedWheelTimer::builder().build()?;
+    /// let timer = HashedWheelTimer::builder()
+    ///     .tick_duration(Duration::from_millis(1))
+    ///     .build()?;
     /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     /// # rt.block_on(async {
     /// timer.sleep(Duration::from_millis(20)).await?;
@@ -84,14 +88,15 @@ impl HashedWheelTimer {
     /// # Ok::<(), redwheel::TimerError>(())
     /// ```
     pub fn sleep(&self, delay: Duration) -> Sleep {
-        Sleep::new(self, Instant::now().checked_add(delay))
+        Sleep::new(self, Instant::now().checked_add(delay), delay)
     }
 
     /// A future that completes at `deadline` (measured against
     /// [`Instant::now`]: for a timer on the system clock), as
     /// [`sleep`](Self::sleep) does.
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        Sleep::new(self, Some(deadline))
+        let delay = deadline.saturating_duration_since(Instant::now());
+        Sleep::new(self, Some(deadline), delay)
     }
 }
 
@@ -99,30 +104,54 @@ impl HashedWheelTimer {
 /// [`HashedWheelTimer::sleep_until`].
 #[must_use = "a sleep does nothing unless awaited"]
 pub struct Sleep {
-    timer: HashedWheelTimer,
     /// `None`: too far to represent (never fires).
     deadline: Option<Instant>,
-    armed: Option<(Timeout, Arc<Wake>)>,
-    done: bool,
+    state: State,
+}
+
+enum State {
+    /// On the wheel.
+    Armed(Timeout, Arc<Wake>),
+    /// The wheel refused it (reported at the first poll).
+    Refused(TimerError),
+    Done,
 }
 
 impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sleep")
             .field("deadline", &self.deadline)
-            .field("armed", &self.armed.is_some())
+            .field("armed", &matches!(self.state, State::Armed(..)))
             .finish_non_exhaustive()
     }
 }
 
 impl Sleep {
-    fn new(timer: &HashedWheelTimer, deadline: Option<Instant>) -> Sleep {
-        Sleep {
-            timer: timer.clone(),
-            deadline,
-            armed: None,
-            done: false,
+    fn new(timer: &HashedWheelTimer, deadline: Option<Instant>, delay: Duration) -> Sleep {
+        if delay.is_zero() {
+            return Sleep {
+                deadline,
+                state: State::Done,
+            };
         }
+        let delay = if deadline.is_none() {
+            Duration::MAX
+        } else {
+            delay
+        };
+        let wake = Arc::new(Wake::default());
+        let mut on_drop = OnDrop {
+            wake: Arc::clone(&wake),
+            ran: false,
+        };
+        let state = match timer.new_timeout(delay, move |_: &Timeout| {
+            on_drop.ran = true;
+            drop(on_drop);
+        }) {
+            Ok(t) => State::Armed(t, wake),
+            Err(e) => State::Refused(e),
+        };
+        Sleep { deadline, state }
     }
 
     /// The instant it completes (`None`: too far away to represent).
@@ -136,54 +165,27 @@ impl Future for Sleep {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if this.done {
-            return Poll::Ready(Ok(()));
-        }
-        let wake = match &this.armed {
-            Some((_, wake)) => Arc::clone(wake),
-            None => {
-                let delay = match this.deadline {
-                    Some(d) => d.saturating_duration_since(Instant::now()),
-                    None => Duration::MAX,
+        let wake = match &this.state {
+            State::Done => return Poll::Ready(Ok(())),
+            State::Refused(_) => {
+                let State::Refused(e) = std::mem::replace(&mut this.state, State::Done) else {
+                    unreachable!("just matched")
                 };
-                if delay.is_zero() {
-                    this.done = true;
-                    return Poll::Ready(Ok(()));
-                }
-                let wake = Arc::new(Wake::default());
-                *wake.waker.lock() = Some(cx.waker().clone());
-                let mut on_drop = OnDrop {
-                    wake: Arc::clone(&wake),
-                    ran: false,
-                };
-                let timeout = this.timer.new_timeout(delay, move |_: &Timeout| {
-                    on_drop.ran = true;
-                    drop(on_drop);
-                });
-                match timeout {
-                    Ok(t) => {
-                        this.armed = Some((t, Arc::clone(&wake)));
-                        wake
-                    }
-                    Err(e) => {
-                        this.done = true;
-                        return Poll::Ready(Err(e));
-                    }
-                }
+                return Poll::Ready(Err(e));
             }
+            State::Armed(_, wake) => Arc::clone(wake),
         };
-        match wake.state.load(Ordering::Acquire) {
-            DUE => {
-                this.done = true;
-                this.armed = None;
-                return Poll::Ready(Ok(()));
-            }
-            STOPPED => {
-                this.done = true;
-                this.armed = None;
-                return Poll::Ready(Err(TimerError::Stopped));
-            }
-            _ => {}
+        let ready = |this: &mut Sleep, state: u8| -> Option<Poll<Result<(), TimerError>>> {
+            let r = match state {
+                DUE => Ok(()),
+                STOPPED => Err(TimerError::Stopped),
+                _ => return None,
+            };
+            this.state = State::Done;
+            Some(Poll::Ready(r))
+        };
+        if let Some(r) = ready(this, wake.state.load(Ordering::Acquire)) {
+            return r;
         }
         {
             let mut w = wake.waker.lock();
@@ -193,19 +195,16 @@ impl Future for Sleep {
             }
         }
         // Fired between the look and the registration.
-        match wake.state.load(Ordering::Acquire) {
-            WAITING => Poll::Pending,
-            _ => {
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
+        match ready(this, wake.state.load(Ordering::Acquire)) {
+            Some(r) => r,
+            None => Poll::Pending,
         }
     }
 }
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        if let Some((t, _)) = self.armed.take() {
+        if let State::Armed(t, _) = &self.state {
             t.cancel();
         }
     }
