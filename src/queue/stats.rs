@@ -128,6 +128,7 @@ pub(super) fn stats_keys(keys: &Keys) -> [&str; 5] {
 /// Appends `stats.lua` on `keys` (by `EVALSHA`: the caller loads the
 /// script after a `NOSCRIPT`) to a pipeline, for readers of many queues in
 /// one round trip (the dashboard); [`decode_stats`] reads its reply.
+#[cfg_attr(not(feature = "web"), allow(dead_code))]
 pub(crate) fn pipe_stats(pipe: &mut redis::Pipeline, keys: &Keys) {
     let k = stats_keys(keys);
     pipe.cmd("EVALSHA")

@@ -22,8 +22,6 @@ use super::handle::HashedWheelTimer;
 use super::timeout::Timeout;
 use crate::error::TimerError;
 
-/// Not fired yet.
-const WAITING: u8 = 0;
 /// The timeout ran: the deadline has passed.
 const DUE: u8 = 1;
 /// The task was dropped unrun: the timer stopped.
@@ -32,6 +30,7 @@ const STOPPED: u8 = 2;
 /// What a sleep and its wheel task share.
 #[derive(Default)]
 struct Wake {
+    /// 0 until fired, then `DUE` or `STOPPED`.
     state: AtomicU8,
     waker: Mutex<Option<Waker>>,
 }

@@ -149,7 +149,7 @@ impl<T: Codec> Queue<T> {
     fn batch_commands(
         &self,
         messages: &[(T, Duration)],
-    ) -> Result<(Vec<String>, Vec<(Command, usize, String)>), Error> {
+    ) -> Result<(Vec<String>, Vec<Chunk>), Error> {
         let limit = self.delay_limit();
         let mut encoded: Vec<(String, u64, Cow<'_, [u8]>)> = Vec::with_capacity(messages.len());
         // Ids that sort in batch order, as the synchronous batch's.
@@ -177,6 +177,10 @@ impl<T: Codec> Queue<T> {
         Ok((encoded.into_iter().map(|(id, _, _)| id).collect(), commands))
     }
 }
+
+/// One chunk of a batch offer: its command, how many messages it holds,
+/// and the first one's id (for the error of an id found in use).
+type Chunk = (Command, usize, String);
 
 /// A reply read as `R`, an error reply as the caller's error.
 pub(super) fn reply_as<R: redis::FromRedisValue>(

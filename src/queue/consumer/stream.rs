@@ -188,10 +188,8 @@ impl<T: Codec> Stream for Deliveries<T> {
                 // looking again, so a done in between is not missed.
                 let room = Arc::new(Cell::default());
                 *this.shared.room.lock() = Arc::clone(&room);
-                if this.held() >= concurrency {
-                    if room.poll_fired(cx).is_pending() {
-                        return Poll::Pending;
-                    }
+                if this.held() >= concurrency && room.poll_fired(cx).is_pending() {
+                    return Poll::Pending;
                 }
                 continue;
             }
