@@ -3,40 +3,15 @@
 //! on a multi-thread executor, its watchdog, `unlock_async`, and an unlock
 //! on drop that does not wait in the dropping thread.
 
+mod async_common;
 mod support;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redwheel::{AsyncLockGuard, ErrorKind, Redwheel};
-use support::RedisServer;
-
-const HANG: Duration = Duration::from_secs(60);
-
-fn setup() -> (RedisServer, Redwheel) {
-    let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).expect("connect");
-    (server, rw)
-}
-
-fn tokio_multi<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(async { tokio::time::timeout(HANG, f).await.expect("hung") })
-}
-
-fn tokio_current<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(async { tokio::time::timeout(HANG, f).await.expect("hung") })
-}
+use async_common::{setup, tokio_current, tokio_multi};
+use redwheel::{AsyncLockGuard, ErrorKind};
 
 #[test]
 fn the_guard_and_the_futures_are_send() {

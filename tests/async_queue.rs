@@ -4,40 +4,15 @@
 //! by the transfer job, hold no connection, and many of them share one
 //! multiplexed connection.
 
+mod async_common;
 mod support;
 
 use std::collections::HashSet;
 use std::future::Future;
 use std::time::Duration;
 
-use redwheel::{ErrorKind, MessageId, Nacked, Queue, QueueOptions, Redwheel};
-use support::RedisServer;
-
-/// Fails the test rather than hanging it.
-const HANG: Duration = Duration::from_secs(60);
-
-fn setup() -> (RedisServer, Redwheel) {
-    let server = RedisServer::start();
-    let rw = Redwheel::connect(&server.url()).expect("connect");
-    (server, rw)
-}
-
-fn tokio_current<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(async { tokio::time::timeout(HANG, f).await.expect("hung") })
-}
-
-fn tokio_multi<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(async { tokio::time::timeout(HANG, f).await.expect("hung") })
-}
+use async_common::{setup, tokio_current, tokio_multi};
+use redwheel::{ErrorKind, MessageId, Nacked, Queue, QueueOptions};
 
 fn assert_send<F: Future + Send + 'static>(f: F) -> F {
     f

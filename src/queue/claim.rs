@@ -174,14 +174,7 @@ impl<T: Codec> Queue<T> {
             ("claim", n),
             &scripts::CLAIM,
             &key_list,
-            &[
-                vis.as_bytes(),
-                req.token.as_bytes(),
-                count.as_bytes(),
-                req.seq_arg.as_bytes(),
-                req.ttl_arg.as_bytes(),
-                b"0",
-            ],
+            &claim_args(&vis, &req, &count),
             3,
         )?;
         let deliveries = match popped {
@@ -360,6 +353,20 @@ pub(crate) struct Undecodable {
     pub(crate) stored: Vec<u8>,
     pub(crate) token: String,
     pub(crate) cause: CodecError,
+}
+
+/// `claim.lua`'s ARGV for a claim of `count` with no acks: visibility (ms),
+/// the request's token prefix, the count, the request number, the record's
+/// TTL, no acks.
+pub(super) fn claim_args<'a>(vis: &'a str, req: &'a Request, count: &'a str) -> [&'a [u8]; 6] {
+    [
+        vis.as_bytes(),
+        req.token.as_bytes(),
+        count.as_bytes(),
+        req.seq_arg.as_bytes(),
+        req.ttl_arg.as_bytes(),
+        b"0",
+    ]
 }
 
 /// `claim.lua`'s keys, in its order, with the request's reply record.

@@ -129,21 +129,21 @@ impl WaitList {
 
     /// Wakes every waiter.
     pub(crate) fn wake_all(&self) {
-        let cells: Vec<Arc<Cell>> = self
-            .waiters
-            .lock()
-            .iter()
-            .map(|(_, c)| Arc::clone(c))
-            .collect();
-        for c in cells {
-            c.fire();
-        }
+        fire_all(&self.waiters);
     }
 
     /// Waiters registered now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.waiters.lock().len()
+    }
+}
+
+/// Fires every cell of `cells` (outside the lock).
+fn fire_all(cells: &Mutex<Slab<Arc<Cell>>>) {
+    let cells: Vec<Arc<Cell>> = cells.lock().iter().map(|(_, c)| Arc::clone(c)).collect();
+    for c in cells {
+        c.fire();
     }
 }
 
@@ -182,15 +182,7 @@ impl ShutdownList {
     /// Fires every registered cell, and every cell registered from now on.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        let cells: Vec<Arc<Cell>> = self
-            .cells
-            .lock()
-            .iter()
-            .map(|(_, c)| Arc::clone(c))
-            .collect();
-        for c in cells {
-            c.fire();
-        }
+        fire_all(&self.cells);
     }
 
     fn add(&self, cell: &Arc<Cell>) -> usize {

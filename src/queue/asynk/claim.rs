@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::Popped;
 use crate::error::{Access, Error, ErrorKind};
-use crate::queue::claim::claim_keys;
+use crate::queue::claim::{claim_args, claim_keys};
 use crate::queue::codec::Codec;
 use crate::queue::delivery::{Delivery, nack_keys};
 use crate::queue::handle::Queue;
@@ -100,14 +100,7 @@ impl<T: Codec> Queue<T> {
         let command = Command::script(
             &scripts::CLAIM,
             &claim_keys(keys, &req.key),
-            &[
-                vis.as_bytes(),
-                req.token.as_bytes(),
-                count.as_bytes(),
-                req.seq_arg.as_bytes(),
-                req.ttl_arg.as_bytes(),
-                b"0",
-            ],
+            &claim_args(&vis, &req, &count),
         );
         let rt = Arc::downgrade(self.rt());
         let nack = Arc::new((keys.clone(), self.max_deliveries));

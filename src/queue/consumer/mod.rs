@@ -30,10 +30,9 @@ pub(super) mod running;
 mod stream;
 mod worker;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -197,13 +196,7 @@ impl<T: Codec> Queue<T> {
         if rt.is_shut_down() {
             return Err(self.tag(crate::runtime::shut_down()));
         }
-        let inner = Arc::new(Inner {
-            stop: AtomicBool::new(false),
-            abandon: AtomicBool::new(false),
-            running: Mutex::new(HashMap::new()),
-            handled: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-        });
+        let inner = Inner::new();
         let key = self.start_extension(&inner, &options);
         let (done_tx, done) = crossbeam_channel::unbounded();
         let handler = Arc::new(handler);

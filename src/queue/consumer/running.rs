@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
+#[cfg(feature = "async")]
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -11,8 +13,6 @@ use parking_lot::Mutex;
 use crate::runtime::Backoff;
 #[cfg(feature = "async")]
 use crate::runtime::{Cell, Runtime};
-#[cfg(feature = "async")]
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What the workers and the extension job share.
 pub(super) struct Inner {
@@ -23,6 +23,19 @@ pub(super) struct Inner {
     pub(super) running: Mutex<HashMap<usize, Running>>,
     pub(super) handled: AtomicU64,
     pub(super) failed: AtomicU64,
+}
+
+impl Inner {
+    /// Nothing running, nothing stopped.
+    pub(super) fn new() -> Arc<Inner> {
+        Arc::new(Inner {
+            stop: AtomicBool::new(false),
+            abandon: AtomicBool::new(false),
+            running: Mutex::new(HashMap::new()),
+            handled: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
 }
 
 /// A message a worker is handling.

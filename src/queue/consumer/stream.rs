@@ -3,12 +3,12 @@
 //! `consume` extends its running handlers: by the same driver job
 //! (`extend.rs`), over the same map of running messages.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -92,13 +92,7 @@ impl<T: Codec> Queue<T> {
     /// # Ok(()) }
     /// ```
     pub fn deliveries(&self, options: ConsumerOptions) -> Deliveries<T> {
-        let inner = Arc::new(Inner {
-            stop: AtomicBool::new(false),
-            abandon: AtomicBool::new(false),
-            running: Mutex::new(HashMap::new()),
-            handled: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-        });
+        let inner = Inner::new();
         let invalid = options.validate().err().map(|e| self.tag(e));
         let key = self.start_extension(&inner, &options);
         let mut buffer = VecDeque::new();
