@@ -278,3 +278,40 @@ fn a_held_delivery_is_extended_past_its_visibility_until_it_is_acked() {
         assert_eq!(server.int(&["ZCARD", "redwheel:{held}:inflight"]), 0);
     });
 }
+
+#[test]
+fn acks_sent_together_each_get_their_own_answer() {
+    let (server, rw) = setup();
+    let q: Queue<String> = rw.queue("acks").unwrap();
+    tokio_current(async {
+        let batch: Vec<(String, Duration)> =
+            (0..4).map(|i| (format!("a{i}"), Duration::ZERO)).collect();
+        q.offer_batch_async(&batch).await.unwrap();
+        let mut ds = Vec::new();
+        while ds.len() < 4 {
+            ds.extend(
+                q.claim_batch_async(4, Duration::from_secs(5))
+                    .await
+                    .unwrap(),
+            );
+        }
+        // The second one's claim is made stale: given back.
+        ds[1].nack_async(Duration::from_secs(3600)).await.unwrap();
+        // The first ack goes out alone; the other three wait for it and
+        // go out together, one of them refused.
+        let (a, b, c, d) = tokio::join!(
+            ds[0].ack_async(),
+            ds[1].ack_async(),
+            ds[2].ack_async(),
+            ds[3].ack_async()
+        );
+        assert!(a.is_ok() && c.is_ok() && d.is_ok(), "{a:?} {c:?} {d:?}");
+        assert_eq!(b.unwrap_err().kind(), ErrorKind::StaleDelivery);
+    });
+    assert_eq!(server.int(&["ZCARD", "redwheel:{acks}:inflight"]), 0);
+    assert_eq!(
+        server.int(&["HLEN", "redwheel:{acks}:msg"]),
+        1,
+        "only the nacked one is left"
+    );
+}

@@ -23,6 +23,7 @@
 //! dropped take), `claim.rs`, `delivery.rs`, `ops.rs` (remove, stats),
 //! and this one (the wait for the ready list shared by take and claim).
 
+mod acks;
 mod claim;
 mod delivery;
 mod offer;
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+pub(crate) use self::acks::AckBatcher;
 use super::codec::Codec;
 use super::handle::Queue;
 use super::pop::Unresolved;
