@@ -151,6 +151,13 @@
 //!   are in the README's "Operating it".
 //! * `tls`: `rediss://` URLs, through the `redis` crate's rustls support;
 //!   `RedwheelOptions::tls_root_certificate` trusts a private CA.
+//! * `async`: every queue and lock operation as a future
+//!   (`Queue::offer_async`, `take_async`, `claim_async`, `deliveries`,
+//!   `Lock::lock_async`…) and the wheel's `HashedWheelTimer::sleep`,
+//!   completed by redwheel's own threads (one multiplexed connection per
+//!   Redis node, the wheel): no runtime inside, for tokio, smol or any
+//!   executor. What dropping each future does is in the README's "Async"
+//!   and on each method.
 //! * `cli`: the `redwheel` operator tool (`cargo install --path .
 //!   --features cli`): stats, peek, dead letters, requeue, remove, offer,
 //!   a live `watch` and locks, as tables or JSON. What it reads is library

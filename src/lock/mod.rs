@@ -24,7 +24,10 @@
 //! hold count, and the current fencing token; its TTL is the lease. It is
 //! **reentrant per (instance, thread)**: a thread that holds it may lock it
 //! again, and it is released when every guard is gone. A [`LockGuard`] is
-//! therefore not `Send`: it belongs to the thread that locked.
+//! therefore not `Send`: it belongs to the thread that locked. With the
+//! `async` feature, `Lock::lock_async` gives an `AsyncLockGuard`, which is
+//! `Send` (a task may hold it across `.await` on any worker thread): each
+//! async acquisition is an owner of its own, so it is not reentrant.
 //!
 //! Beside it, `redwheel:lock:{L}:fence` keeps the last fencing token handed
 //! out, and `redwheel:lock:{L}:unlock` is the channel releases are
