@@ -168,6 +168,13 @@
 //!   are in the README's "Operating it".
 //! * `tls`: `rediss://` URLs, through the `redis` crate's rustls support;
 //!   `RedwheelOptions::tls_root_certificate` trusts a private CA.
+//! * `async`: every queue and lock operation as a future
+//!   (`Queue::offer_async`, `take_async`, `claim_async`, `deliveries`,
+//!   `Lock::lock_async`…) and the wheel's `HashedWheelTimer::sleep`,
+//!   completed by redwheel's own threads (one multiplexed connection per
+//!   Redis node, the wheel): no runtime inside, for tokio, smol or any
+//!   executor. What dropping each future does is in the README's "Async"
+//!   and on each method.
 //! * `cli`: the `redwheel` operator tool (`cargo install --path .
 //!   --features cli`): stats, peek, dead letters, requeue, remove, offer,
 //!   a live `watch`, locks and schedules, as tables or JSON. What it reads is library
@@ -195,6 +202,9 @@ pub mod timer;
 pub mod web;
 
 pub use error::{Error, ErrorKind, TimerError};
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use lock::AsyncLockGuard;
 pub use lock::{LeaseLost, Lock, LockGuard, LockStats, LostCause};
 pub use queue::{
     Codec, Consumer, ConsumerOptions, DeadLetter, Delivery, Message, MessageId, Nacked, Queue,

@@ -48,6 +48,12 @@ pub(crate) static TAKE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// `lua/give_back.lua`: puts a message a dropped async take was handed back
+/// at the head of the ready list.
+#[cfg(feature = "async")]
+pub(crate) static GIVE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/give_back.lua")));
+
 /// `lua/park.lua`: parks an undecodable message as a dead letter.
 pub(crate) static PARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/park.lua")));

@@ -511,25 +511,70 @@ impl Drop for RoundTrip {
 /// messages.
 #[inline]
 pub(crate) fn queue_op(op: &'static str, queue: &str, batch: usize) -> RoundTrip {
-    RoundTrip::new(tracing::debug_span!(
+    RoundTrip::new(queue_span(op, queue, batch))
+}
+
+fn queue_span(op: &'static str, queue: &str, batch: usize) -> tracing::Span {
+    tracing::debug_span!(
         target: "redwheel::redis",
         "redis",
         op,
         queue,
         batch,
         elapsed_us = tracing::field::Empty
-    ))
+    )
 }
 
 /// The span of a round trip of lock `lock` running `op`.
 #[inline]
 pub(crate) fn lock_op(op: &'static str, lock: &str) -> RoundTrip {
-    RoundTrip::new(tracing::debug_span!(
+    RoundTrip::new(lock_span(op, lock))
+}
+
+fn lock_span(op: &'static str, lock: &str) -> tracing::Span {
+    tracing::debug_span!(
         target: "redwheel::redis",
         "redis",
         op,
         lock,
         batch = 1usize,
         elapsed_us = tracing::field::Empty
-    ))
+    )
+}
+
+/// As [`RoundTrip`], for a round trip awaited in a future (feature
+/// `async`): the span is not entered (an entered span must not cross an
+/// `.await`), and it is `Send`.
+#[cfg(feature = "async")]
+pub(crate) struct AwaitedRoundTrip {
+    span: tracing::Span,
+    start: Option<Instant>,
+}
+
+#[cfg(feature = "async")]
+impl Drop for AwaitedRoundTrip {
+    fn drop(&mut self) {
+        if let Some(start) = self.start {
+            self.span
+                .record("elapsed_us", start.elapsed().as_micros() as u64);
+        }
+    }
+}
+
+#[cfg(feature = "async")]
+fn awaited(span: tracing::Span) -> AwaitedRoundTrip {
+    let start = (!span.is_disabled()).then(Instant::now);
+    AwaitedRoundTrip { span, start }
+}
+
+/// [`queue_op`] for a future.
+#[cfg(feature = "async")]
+pub(crate) fn queue_op_async(op: &'static str, queue: &str, batch: usize) -> AwaitedRoundTrip {
+    awaited(queue_span(op, queue, batch))
+}
+
+/// [`lock_op`] for a future.
+#[cfg(feature = "async")]
+pub(crate) fn lock_op_async(op: &'static str, lock: &str) -> AwaitedRoundTrip {
+    awaited(lock_span(op, lock))
 }

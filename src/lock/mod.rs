@@ -24,7 +24,10 @@
 //! hold count, and the current fencing token; its TTL is the lease. It is
 //! **reentrant per (instance, thread)**: a thread that holds it may lock it
 //! again, and it is released when every guard is gone. A [`LockGuard`] is
-//! therefore not `Send`: it belongs to the thread that locked.
+//! therefore not `Send`: it belongs to the thread that locked. With the
+//! `async` feature, `Lock::lock_async` gives an `AsyncLockGuard`, which is
+//! `Send` (a task may hold it across `.await` on any worker thread): each
+//! async acquisition is an owner of its own, so it is not reentrant.
 //!
 //! Beside it, `redwheel:lock:{L}:fence` keeps the last fencing token handed
 //! out, and `redwheel:lock:{L}:unlock` is the channel releases are
@@ -128,8 +131,12 @@
 //! [`Redwheel`]: crate::Redwheel
 
 mod acquire;
+#[cfg(feature = "async")]
+mod acquire_async;
 mod ctx;
 mod guard;
+#[cfg(feature = "async")]
+mod guard_async;
 mod handle;
 mod hold;
 pub mod inspect;
@@ -142,6 +149,9 @@ mod state;
 mod waiters;
 
 pub use self::guard::LockGuard;
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use self::guard_async::AsyncLockGuard;
 pub use self::handle::Lock;
 pub use self::keys::MAX_NAME_LEN;
 pub use self::lease::{DEFAULT_WATCHDOG_LEASE, MAX_LEASE, MIN_WATCHDOG_LEASE};

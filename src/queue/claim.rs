@@ -8,9 +8,10 @@
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use super::codec::Codec;
+use super::codec::{Codec, CodecError};
 use super::delivery::Delivery;
 use super::handle::Queue;
+use super::keys::Keys;
 use super::message::MessageId;
 use super::pop::Unresolved;
 use super::request::Request;
@@ -138,19 +139,8 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let mut req = Request::new(keys);
         let record = req.key.clone();
-        let key_list = [
-            keys.ready.as_str(),
-            keys.msg.as_str(),
-            keys.inflight.as_str(),
-            keys.lease.as_str(),
-            keys.attempts.as_str(),
-            keys.counts.as_str(),
-            keys.stale.as_str(),
-            record.as_str(),
-            keys.head.as_str(),
-        ];
-        let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
-        let vis = visibility_ms.to_string();
+        let key_list = claim_keys(keys, &record);
+        let vis = self.claim_visibility();
         let count = n.to_string();
         let (mut refused, mut acked) = (0, 0);
         if !acks.is_empty() {
@@ -184,14 +174,7 @@ impl<T: Codec> Queue<T> {
             ("claim", n),
             &scripts::CLAIM,
             &key_list,
-            &[
-                vis.as_bytes(),
-                req.token.as_bytes(),
-                count.as_bytes(),
-                req.seq_arg.as_bytes(),
-                req.ttl_arg.as_bytes(),
-                b"0",
-            ],
+            &claim_args(&vis, &req, &count),
             3,
         )?;
         let deliveries = match popped {
@@ -256,9 +239,31 @@ impl<T: Codec> Queue<T> {
         }
     }
 
+    /// `claim.lua`'s visibility argument (ms).
+    pub(super) fn claim_visibility(&self) -> String {
+        let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        visibility_ms.to_string()
+    }
+
     /// Reads claim.lua's reply: the deliveries (or the decode errors of
     /// the messages moved to the dead letters) and the counts of the acks.
     fn read_claims(&self, reply: redis::Value) -> Result<Claims<T>, Error> {
+        let raw = self.read_claims_raw(reply)?;
+        let deliveries = raw
+            .deliveries
+            .into_iter()
+            .map(|c| c.map_err(|u| self.dead_on_arrival(&u.id, &u.stored, Some(&u.token), u.cause)))
+            .collect();
+        Ok(Claims {
+            deliveries,
+            refused: raw.refused,
+            acked: raw.acked,
+        })
+    }
+
+    /// Reads claim.lua's reply, leaving undecodable messages for the
+    /// caller to park (shared with the async claim).
+    pub(super) fn read_claims_raw(&self, reply: redis::Value) -> Result<RawClaims<T>, Error> {
         let protocol = |what: &str| {
             self.tag(Error::new(
                 ErrorKind::Protocol,
@@ -303,10 +308,15 @@ impl<T: Codec> Queue<T> {
                     attempt,
                     token,
                     visible_until_ms: AtomicU64::new(deadline),
+                    #[cfg(feature = "async")]
+                    held: None,
                 })),
-                Err(cause) => {
-                    out.push(Err(self.dead_on_arrival(&id, &stored, Some(&token), cause)))
-                }
+                Err(cause) => out.push(Err(Undecodable {
+                    id,
+                    stored,
+                    token,
+                    cause,
+                })),
             }
         }
         let rt = self.rt();
@@ -322,10 +332,54 @@ impl<T: Codec> Queue<T> {
             // sweep).
             self.announce_deadline(self.visibility);
         }
-        Ok(Claims {
+        Ok(RawClaims {
             deliveries: out,
             refused,
             acked,
         })
     }
+}
+
+/// As [`Claims`], with the undecodable messages not yet parked.
+pub(crate) struct RawClaims<T> {
+    pub(crate) deliveries: Vec<Result<Delivery<T>, Undecodable>>,
+    pub(crate) refused: u64,
+    pub(crate) acked: u64,
+}
+
+/// A claimed message whose payload did not decode.
+pub(crate) struct Undecodable {
+    pub(crate) id: String,
+    pub(crate) stored: Vec<u8>,
+    pub(crate) token: String,
+    pub(crate) cause: CodecError,
+}
+
+/// `claim.lua`'s ARGV for a claim of `count` with no acks: visibility (ms),
+/// the request's token prefix, the count, the request number, the record's
+/// TTL, no acks.
+pub(super) fn claim_args<'a>(vis: &'a str, req: &'a Request, count: &'a str) -> [&'a [u8]; 6] {
+    [
+        vis.as_bytes(),
+        req.token.as_bytes(),
+        count.as_bytes(),
+        req.seq_arg.as_bytes(),
+        req.ttl_arg.as_bytes(),
+        b"0",
+    ]
+}
+
+/// `claim.lua`'s keys, in its order, with the request's reply record.
+pub(super) fn claim_keys<'a>(keys: &'a Keys, record: &'a str) -> [&'a str; 9] {
+    [
+        &keys.ready,
+        &keys.msg,
+        &keys.inflight,
+        &keys.lease,
+        &keys.attempts,
+        &keys.counts,
+        &keys.stale,
+        record,
+        &keys.head,
+    ]
 }

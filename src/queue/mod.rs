@@ -51,6 +51,10 @@
 //!   repository's README has the table of what each call does when its
 //!   connection drops before the command, after it ran, mid-reply, or
 //!   when the reply is late.
+//! * **Futures** (feature `async`): `offer_async`, `take_async`,
+//!   `claim_async`, `ack_async`… give what their synchronous twins give, on
+//!   the same scripts, and never lose a message when dropped (see the
+//!   README's "Async" for each operation).
 //! * **Latency**: each [`Redwheel`] keeps one wheel timeout per queue at the
 //!   head's due time, replaced only by an earlier head announced on the wake
 //!   channel; a guard sweep (default every second) covers a lost wake-up or
@@ -104,6 +108,8 @@
 //! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown
 //! [`Redwheel`]: crate::Redwheel
 
+#[cfg(feature = "async")]
+mod asynk;
 mod claim;
 mod codec;
 mod consumer;
@@ -134,6 +140,9 @@ use crate::error::Error;
 pub use self::codec::Json;
 pub use self::codec::{Codec, CodecError};
 pub use self::consumer::Consumer;
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use self::consumer::Deliveries;
 pub use self::dead::DeadLetter;
 pub use self::delivery::{Delivery, Nacked};
 pub use self::handle::{Queue, TransferStats};

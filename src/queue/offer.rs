@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use super::codec::Codec;
 use super::handle::{Queue, check_id, epoch_ms};
 use super::ids::{self, new_message_id, new_message_ids};
+use super::keys::Keys;
 use super::message::MessageId;
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::Conn;
@@ -69,7 +70,14 @@ impl<T: Codec> Queue<T> {
         id: String,
         bytes: &[u8],
     ) -> Result<MessageId, Error> {
-        if self.offer_raw(mode, value, &id, bytes)? {
+        let added = self.offer_raw(mode, value, &id, bytes)?;
+        self.fresh_offered(added, id)
+    }
+
+    /// What an offer under a fresh id of ours means (shared with the async
+    /// offer): `Ok` only if it was written.
+    pub(super) fn fresh_offered(&self, added: bool, id: String) -> Result<MessageId, Error> {
+        if added {
             return Ok(MessageId(id));
         }
         ids::reseed();
@@ -146,11 +154,11 @@ impl<T: Codec> Queue<T> {
         let (due, replicas): (i64, Option<i64>) = self
             .rt()
             .run(&keys.delayed, Access::Write, |con| {
-                let due = scripts::OFFER
-                    .key(&keys.delayed)
-                    .key(&keys.msg)
-                    .key(&keys.wake)
-                    .key(&keys.head)
+                let mut inv = scripts::OFFER.prepare_invoke();
+                for k in offer_keys(keys) {
+                    inv.key(k);
+                }
+                let due = inv
                     .arg(mode)
                     .arg(value)
                     .arg(id)
@@ -159,6 +167,12 @@ impl<T: Codec> Queue<T> {
                 Ok((due, self.wait(con)?))
             })
             .map_err(|e| self.tag(e).for_message(id))?;
+        self.offered(due, replicas, id)
+    }
+
+    /// Reads `offer.lua`'s reply (and `WAIT`'s): true if added. Shared
+    /// with the async offer.
+    pub(super) fn offered(&self, due: i64, replicas: Option<i64>, id: &str) -> Result<bool, Error> {
         if due >= 0 {
             self.state.metrics.offered.add(1);
         }
@@ -273,58 +287,76 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let mut added = Vec::with_capacity(encoded.len());
         for chunk in encoded.chunks(BATCH_OFFER_MAX) {
+            let args = batch_args(mode, check_ids, chunk);
             let mut inv = scripts::OFFER_BATCH.prepare_invoke();
-            inv.key(&keys.delayed)
-                .key(&keys.msg)
-                .key(&keys.wake)
-                .key(&keys.head)
-                .arg(mode)
-                .arg(if check_ids { "k" } else { "n" });
-            for (id, ms, bytes) in chunk {
-                inv.arg(*ms).arg(id).arg(bytes.as_ref());
+            for k in offer_keys(keys) {
+                inv.key(k);
             }
-            let rt = self.rt();
+            for a in &args {
+                inv.arg(a.as_slice());
+            }
             let _span = telemetry::queue_op("offer_batch", &self.state.name, chunk.len());
-            if check_ids {
-                let (flags, replicas): (Vec<i64>, _) = rt
-                    .run(&keys.delayed, Access::Write, |con| {
-                        Ok((inv.invoke(con)?, self.wait(con)?))
-                    })
-                    .map_err(|e| self.tag(e))?;
-                let new = flags.iter().filter(|&&f| f == 1).count();
-                self.state.metrics.offered.add(new as u64);
-                self.check_replicas(replicas, None)?;
-                added.extend(flags.into_iter().map(|f| f == 1));
-            } else {
-                let (written, replicas): (i64, _) = rt
-                    .run(&keys.delayed, Access::Write, |con| {
-                        Ok((inv.invoke(con)?, self.wait(con)?))
-                    })
-                    .map_err(|e| self.tag(e))?;
-                if written < 0 {
-                    // Nothing of this chunk was written.
-                    ids::reseed();
-                    let known = chunk.first().map_or("", |(id, _, _)| id.as_str());
-                    return Err(self.id_in_use(known, true));
-                }
-                self.state.metrics.offered.add(chunk.len() as u64);
-                self.check_replicas(replicas, None)?;
-                added.resize(added.len() + chunk.len(), true);
-            }
+            let (reply, replicas): (redis::Value, _) = self
+                .rt()
+                .run(&keys.delayed, Access::Write, |con| {
+                    Ok((inv.invoke(con)?, self.wait(con)?))
+                })
+                .map_err(|e| self.tag(e))?;
+            let first = chunk.first().map_or("", |(id, _, _)| id.as_str());
+            added.extend(self.batch_written(check_ids, chunk.len(), first, reply, replicas)?);
         }
+        Ok(added)
+    }
+
+    /// Reads `offer_batch.lua`'s reply to a chunk of `len` (and `WAIT`'s):
+    /// whether each was added. Shared with the async batch offer.
+    pub(super) fn batch_written(
+        &self,
+        check_ids: bool,
+        len: usize,
+        first_id: &str,
+        reply: redis::Value,
+        replicas: Option<i64>,
+    ) -> Result<Vec<bool>, Error> {
+        let protocol = |e: redis::ParsingError| {
+            self.tag(
+                Error::new(ErrorKind::Protocol, "unexpected reply to offer_batch.lua")
+                    .with_cause(e),
+            )
+        };
+        let added = if check_ids {
+            let flags: Vec<i64> = redis::from_redis_value(reply).map_err(protocol)?;
+            flags.into_iter().map(|f| f == 1).collect()
+        } else {
+            let written: i64 = redis::from_redis_value(reply).map_err(protocol)?;
+            if written < 0 {
+                // Nothing of this chunk was written.
+                ids::reseed();
+                return Err(self.id_in_use(first_id, true));
+            }
+            vec![true; len]
+        };
+        let new = added.iter().filter(|&&a| a).count();
+        self.state.metrics.offered.add(new as u64);
+        self.check_replicas(replicas, None)?;
         Ok(added)
     }
 
     /// With `wait_replicas`, `WAIT`s on `con` (after a write on it) and
     /// returns how many replicas acknowledged.
     fn wait(&self, con: &mut Conn) -> redis::RedisResult<Option<i64>> {
-        let Some((n, timeout)) = self.wait_replicas else {
-            return Ok(None);
-        };
+        self.wait_cmd().map(|c| c.query(con)).transpose()
+    }
+
+    /// With `wait_replicas`, the `WAIT` to send after a write.
+    pub(super) fn wait_cmd(&self) -> Option<redis::Cmd> {
+        let (n, timeout) = self.wait_replicas?;
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        redis::cmd("WAIT").arg(n).arg(ms).query(con).map(Some)
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(n).arg(ms);
+        Some(cmd)
     }
 
     fn check_replicas(&self, acked: Option<i64>, id: Option<&str>) -> Result<(), Error> {
@@ -345,4 +377,31 @@ impl<T: Codec> Queue<T> {
             None => self.tag(e),
         })
     }
+}
+
+/// `offer.lua`'s and `offer_batch.lua`'s keys, in their order.
+pub(super) fn offer_keys(keys: &Keys) -> [&str; 4] {
+    [&keys.delayed, &keys.msg, &keys.wake, &keys.head]
+}
+
+/// `offer_batch.lua`'s ARGV for one chunk: the mode, whether ids are
+/// checked, then (delay or time, id, payload) per message.
+pub(super) fn batch_args(
+    mode: &str,
+    check_ids: bool,
+    chunk: &[(String, u64, Cow<'_, [u8]>)],
+) -> Vec<Vec<u8>> {
+    let mut args = Vec::with_capacity(2 + 3 * chunk.len());
+    args.push(mode.as_bytes().to_vec());
+    args.push(if check_ids {
+        b"k".to_vec()
+    } else {
+        b"n".to_vec()
+    });
+    for (id, ms, bytes) in chunk {
+        args.push(ms.to_string().into_bytes());
+        args.push(id.as_bytes().to_vec());
+        args.push(bytes.to_vec());
+    }
+    args
 }

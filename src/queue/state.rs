@@ -17,6 +17,10 @@ pub(crate) struct QueueState {
     pub transfer: Arc<TransferJob>,
     /// Its metric handles (no-ops without the `metrics` feature).
     pub metrics: QueueMetrics,
+    /// The acks of `ack_async` waiting to go out together (feature
+    /// `async`).
+    #[cfg(feature = "async")]
+    pub acks: super::asynk::AckBatcher,
 }
 
 impl QueueState {
@@ -31,6 +35,8 @@ impl QueueState {
             transfer: Arc::new(TransferJob::new(name, &keys, batch, max_deliveries)),
             metrics: QueueMetrics::new(name),
             keys,
+            #[cfg(feature = "async")]
+            acks: Default::default(),
         }
     }
 }

@@ -83,6 +83,12 @@ impl<T: Codec> Queue<T> {
         let span = telemetry::queue_op("stats", &self.state.name, 0);
         let (stats, _now) = read_stats(self.rt(), &self.state.keys).map_err(|e| self.tag(e))?;
         drop(span);
+        Ok(self.note_stats(stats))
+    }
+
+    /// Records what `stats` read in the queue's gauges (shared with the
+    /// async stats).
+    pub(super) fn note_stats(&self, stats: QueueStats) -> QueueStats {
         self.state.metrics.backlog(
             stats.delayed,
             stats.ready,
@@ -90,7 +96,7 @@ impl<T: Codec> Queue<T> {
             stats.dead,
             stats.oldest_overdue,
         );
-        Ok(stats)
+        stats
     }
 }
 
@@ -109,7 +115,7 @@ pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64),
 }
 
 /// The keys `stats.lua` reads, in its order.
-fn stats_keys(keys: &Keys) -> [&str; 5] {
+pub(super) fn stats_keys(keys: &Keys) -> [&str; 5] {
     [
         &keys.delayed,
         &keys.ready,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::codec::Codec;
 use super::handle::Queue;
+use super::keys::Keys;
 use super::message::{Message, MessageId};
 use super::request::Request;
 use super::stored::parse_stored;
@@ -66,20 +67,24 @@ impl<T: Codec> Queue<T> {
             deadline,
             ("take", 1),
             &scripts::TAKE,
-            &[
-                &keys.ready,
-                &keys.msg,
-                &keys.attempts,
-                &keys.counts,
-                &keys.stale,
-                &req.key,
-            ],
+            &take_keys(keys, &req.key),
             &[req.seq_arg.as_bytes(), req.ttl_arg.as_bytes()],
             0,
         )?;
         let Some(value) = popped else {
             return Ok(None);
         };
+        match self.taken(value)? {
+            Taken::Message(m) => Ok(Some(m)),
+            Taken::Undecodable(id, stored, cause) => {
+                Err(self.dead_on_arrival(&id, &stored, None, cause))
+            }
+        }
+    }
+
+    /// Reads a reply of `take.lua` that holds a message (shared with the
+    /// async take): the message, or what could not be decoded.
+    pub(super) fn taken(&self, value: redis::Value) -> Result<Taken<T>, Error> {
         let (id, stored): (String, Vec<u8>) = redis::from_redis_value(value).map_err(|e| {
             self.tag(Error::new(ErrorKind::Protocol, "unexpected reply to take.lua").with_cause(e))
         })?;
@@ -89,13 +94,32 @@ impl<T: Codec> Queue<T> {
                 self.state
                     .metrics
                     .delivered([(1, due_ms)], || rt.server_now_ms());
-                Ok(Some(Message {
+                Ok(Taken::Message(Message {
                     id: MessageId(id),
                     payload,
                     due_ms,
                 }))
             }
-            Err(cause) => Err(self.dead_on_arrival(&id, &stored, None, cause)),
+            Err(cause) => Ok(Taken::Undecodable(id, stored, cause)),
         }
     }
+}
+
+/// What `take.lua` handed over.
+pub(super) enum Taken<T> {
+    Message(Message<T>),
+    /// Its id, stored value and decode error (to be parked).
+    Undecodable(String, Vec<u8>, crate::error::CodecError),
+}
+
+/// `take.lua`'s keys, in its order, with the request's reply record.
+pub(super) fn take_keys<'a>(keys: &'a Keys, record: &'a str) -> [&'a str; 6] {
+    [
+        &keys.ready,
+        &keys.msg,
+        &keys.attempts,
+        &keys.counts,
+        &keys.stale,
+        record,
+    ]
 }

@@ -2,6 +2,8 @@
 //! moves due ids to the ready list, redelivers (or kills) claims whose
 //! visibility expired, and says how long until the next due time.
 
+#[cfg(feature = "async")]
+use std::sync::Arc;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -32,6 +34,10 @@ pub(crate) struct TransferJob {
     /// `EVALSHA <transfer> 9 <keys…> <batch> <max_deliveries>`, packed once.
     packed: Box<[u8]>,
     name: String,
+    /// This process's async takers and claimers waiting for the ready list
+    /// (feature `async`): woken after each transfer.
+    #[cfg(feature = "async")]
+    pub(crate) ready: Arc<crate::runtime::WaitList>,
 }
 
 impl TransferJob {
@@ -61,6 +67,8 @@ impl TransferJob {
             died: QueueMetrics::dead_lettered(name),
             packed,
             name: name.to_owned(),
+            #[cfg(feature = "async")]
+            ready: Arc::default(),
         }
     }
 }
@@ -89,6 +97,11 @@ impl Job for TransferJob {
             .in_queue(&self.name)
         })?;
         self.runs.fetch_add(1, Ordering::Relaxed);
+        // A transfer ran (this process's, at a due time, a sweep): what it
+        // moved, or what another process moved just before, is on the ready
+        // list. Each waiter that gets a message wakes the next.
+        #[cfg(feature = "async")]
+        self.ready.wake(moved.max(1) as usize);
         if moved > 0 {
             self.moved.fetch_add(moved, Ordering::Relaxed);
             self.transferred.add(moved - died.min(moved));

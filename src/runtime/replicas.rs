@@ -50,10 +50,29 @@ impl WaitReplicas {
     /// `WAIT`s on `con`, after a write on it: how many replicas have
     /// everything this connection wrote.
     pub(crate) fn wait(&self, con: &mut Conn) -> redis::RedisResult<i64> {
+        self.command().query(con)
+    }
+
+    /// The `WAIT` command itself (sent after the write, on its connection).
+    pub(crate) fn command(&self) -> redis::Cmd {
         let ms = u64::try_from(self.timeout.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        redis::cmd("WAIT").arg(self.replicas).arg(ms).query(con)
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.replicas).arg(ms);
+        cmd
+    }
+
+    /// [`confirmed`](WaitReplicas::confirmed) of `WAIT`'s reply, or its
+    /// error (which confirms nothing).
+    pub(crate) fn confirmed_reply(
+        &self,
+        acked: redis::RedisResult<i64>,
+        what: &str,
+    ) -> Result<(), Error> {
+        acked
+            .map_err(|e| Error::from_redis(e, crate::error::Access::Read))
+            .and_then(|n| self.confirmed(n, what))
     }
 
     /// `Ok` if `acked` replicas are enough; else

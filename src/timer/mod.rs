@@ -117,6 +117,8 @@ mod pool;
 mod producer;
 mod ring;
 mod shared;
+#[cfg(feature = "async")]
+mod sleep;
 mod sync;
 mod task;
 mod timeout;
@@ -134,6 +136,9 @@ pub use self::clock::{Clock, ManualClock, SystemClock};
 pub use self::handle::{
     Builder, HashedWheelTimer, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL, MIN_TICK,
 };
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use self::sleep::Sleep;
 pub use self::task::{Executor, Job, TimerTask};
 pub use self::timeout::Timeout;
 pub use self::worker::TRANSFER_CAP;

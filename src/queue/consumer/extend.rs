@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::running::{Inner, Running, retry_delay};
 use crate::error::Error;
-use crate::queue::delivery::{count_nack, nack_keys};
+use crate::queue::delivery::{count_nack, extend_keys, nack_keys};
 use crate::queue::state::QueueState;
 use crate::runtime::{Commands, Job, Next};
 use crate::scripts::{self, MAX_DUE_MS};
@@ -72,9 +72,7 @@ impl Job for ExtendJob {
                 redis::cmd("EVALSHA")
                     .arg(scripts::EXTEND.get_hash())
                     .arg(3)
-                    .arg(&self.state.keys.inflight)
-                    .arg(&self.state.keys.lease)
-                    .arg(&self.state.keys.head)
+                    .arg(&extend_keys(&self.state.keys)[..])
                     .arg(&r.id)
                     .arg(&r.token)
                     .arg(self.visibility_ms)

@@ -29,5 +29,7 @@ mod slot_map;
 mod transport;
 
 pub(crate) use self::routing::redirect_target;
+#[cfg(feature = "async")]
+pub(crate) use self::routing::{Step, step_after};
 pub(crate) use self::slot_map::{Cluster, Node};
 pub(crate) use self::transport::ClusterTransport;

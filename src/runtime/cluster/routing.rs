@@ -73,32 +73,24 @@ impl Cluster {
                 }
                 Err(TryRunError::Failed(e)) => e,
             };
-            if let Some(to) = redirect(&e)
-                && redirects < MAX_REDIRECTS
-            {
-                redirects += 1;
-                match to {
-                    Redirect::Ask(addr) => ask = Some(node.redirected_to(&addr)),
-                    Redirect::Moved(addr) => {
-                        self.moved(slot(route), &node.redirected_to(&addr));
+            match step_after(&e) {
+                Step::Ask(addr) if redirects < MAX_REDIRECTS => {
+                    redirects += 1;
+                    ask = Some(node.redirected_to(&addr));
+                    continue;
+                }
+                Step::Moved(addr) if redirects < MAX_REDIRECTS => {
+                    redirects += 1;
+                    self.moved(slot(route), &node.redirected_to(&addr));
+                    continue;
+                }
+                Step::Wait { refresh } if wait(&mut backoff, started, budget) => {
+                    if refresh {
+                        self.request_refresh();
                     }
+                    continue;
                 }
-                continue;
-            }
-            let retry = matches!(
-                e.kind(),
-                redis::ErrorKind::Server(
-                    redis::ServerErrorKind::TryAgain
-                        | redis::ServerErrorKind::ClusterDown
-                        | redis::ServerErrorKind::MasterDown
-                        | redis::ServerErrorKind::BusyLoading
-                )
-            );
-            if retry && wait(&mut backoff, started, budget) {
-                if e.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
-                    self.request_refresh();
-                }
-                continue;
+                _ => {}
             }
             let unreachable = e.is_io_error() || e.is_connection_dropped() || e.is_timeout();
             let e = Error::from_redis(e, access);
@@ -132,6 +124,42 @@ impl Cluster {
         let node = self.node_for(route)?;
         let (con, _) = node.blocking.get()?;
         Ok((con, node))
+    }
+}
+
+/// What a command that failed with an error on a cluster calls for next.
+/// The one table of it: the synchronous [`Cluster::run`] and the async
+/// calls (`runtime/mux/call.rs`) both follow it.
+pub(crate) enum Step {
+    /// Ask this node once (after `ASKING`): the slot is migrating.
+    Ask(String),
+    /// The slot moved for good, to the master at this address (as the
+    /// reply names it: see [`redirect_target`]): route it there from now
+    /// on and refresh the rest of the map meanwhile.
+    Moved(String),
+    /// The slot or its master is busy (`TRYAGAIN`, `CLUSTERDOWN`,
+    /// `MASTERDOWN`, `LOADING`): wait on the backoff and send again (it
+    /// was not applied); `refresh`: the map may have changed too.
+    Wait { refresh: bool },
+    /// Final for this call.
+    Fail,
+}
+
+/// What to do after `e` (an error reply or a failed connection).
+pub(crate) fn step_after(e: &redis::RedisError) -> Step {
+    use redis::ServerErrorKind as S;
+    if let Some(to) = redirect(e) {
+        return match to {
+            Redirect::Ask(addr) => Step::Ask(addr),
+            Redirect::Moved(addr) => Step::Moved(addr),
+        };
+    }
+    match e.kind() {
+        redis::ErrorKind::Server(S::TryAgain) => Step::Wait { refresh: false },
+        redis::ErrorKind::Server(S::ClusterDown | S::MasterDown | S::BusyLoading) => {
+            Step::Wait { refresh: true }
+        }
+        _ => Step::Fail,
     }
 }
 

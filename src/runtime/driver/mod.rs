@@ -145,6 +145,13 @@ impl Driver {
         })
     }
 
+    /// The driver's wheel, for the futures' waits (feature `async`): their
+    /// tasks only fire a wake-up cell.
+    #[cfg(feature = "async")]
+    pub(crate) fn wheel(&self) -> &HashedWheelTimer {
+        &self.shared.timer
+    }
+
     /// The local clock (the wheel's).
     pub(crate) fn now(&self) -> Duration {
         self.shared.timer.now()
