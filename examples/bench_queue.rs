@@ -2,7 +2,7 @@
 //! line per run.
 //!
 //! ```text
-//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5c,q5t,q6,restart,failover]
+//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5c,q5t,q6,mem,restart,failover]
 //!     [--reps 3] [--q4-claimers 4] [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30]
 //!     [--cluster]
 //! ```
@@ -34,6 +34,10 @@
 //!   holding one message due in an hour, open and idle for `--q6-secs`
 //!   (30 s): Redis commands/s and round trips/s this process causes, and
 //!   the CPU it uses (% of one core, from `/proc/self/stat`).
+//! * mem (one server): Redis memory per waiting message, as BENCHMARKS.md
+//!   counts it: `used_memory` (`INFO memory`) after 100,000 64-byte
+//!   messages due in an hour were offered (batches of 1,000), minus
+//!   before, over 100,000.
 //! * Q1m: 100,000 offers from three threads, each offering to its own queue
 //!   (on a cluster, the three queues live on three different masters).
 //! * failover (cluster only): a producer offers every ms (10 ms delays) and
@@ -53,23 +57,21 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redwheel::{Queue, QueueOptions, Redwheel};
 
+#[path = "support/measure.rs"]
+mod measure;
 #[path = "support/splitmix.rs"]
 mod splitmix;
 #[path = "support/throwaway_cluster.rs"]
 mod throwaway_cluster;
 #[path = "support/throwaway_redis.rs"]
 mod throwaway_redis;
+use measure::{percentile, process_cpu, server_totals};
 use splitmix::SplitMix64;
 use throwaway_cluster::ThrowawayCluster;
 use throwaway_redis::ThrowawayRedis;
 
 fn payload() -> String {
     "p".repeat(64)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p * sorted.len() as f64).ceil() as usize).max(1);
-    sorted[rank - 1]
 }
 
 fn q1(rw: &Redwheel, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
@@ -516,31 +518,37 @@ fn q5(
     Ok(())
 }
 
-/// CPU time this process used so far (user + system), from
-/// `/proc/self/stat` (clock ticks of 10 ms).
-fn process_cpu() -> Result<Duration, Box<dyn std::error::Error>> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    // Fields after the command name (which ends with ')'): utime is the
-    // 12th, stime the 13th.
-    let rest = &stat[stat.rfind(')').ok_or("bad /proc/self/stat")? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    Ok(Duration::from_millis(ticks * 10))
-}
-
-/// `INFO` field `name` as a number.
-fn info_field(
-    con: &mut redis::Connection,
-    section: &str,
-    name: &str,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let info: String = redis::cmd("INFO").arg(section).query(con)?;
-    let prefix = format!("{name}:");
-    let value = info
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .ok_or_else(|| format!("no {name} in INFO {section}"))?;
-    Ok(value.trim().parse()?)
+/// Redis memory per waiting message (see the module docs).
+fn mem(rw: &Redwheel, url: &str, rep: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let n = 100_000;
+    let q: Queue<String> = rw.queue("bench-mem")?;
+    q.clear()?;
+    let mut con = redis::Client::open(url)?.get_connection()?;
+    let used = |con: &mut redis::Connection| -> Result<u64, Box<dyn std::error::Error>> {
+        let info: String = redis::cmd("INFO").arg("memory").query(con)?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .ok_or("no used_memory")?
+            .trim()
+            .parse()?)
+    };
+    let before = used(&mut con)?;
+    let p = payload();
+    let batch: Vec<(String, Duration)> = (0..1_000)
+        .map(|_| (p.clone(), Duration::from_secs(3_600)))
+        .collect();
+    for _ in 0..n / 1_000 {
+        q.offer_batch(&batch)?;
+    }
+    let after = used(&mut con)?;
+    println!(
+        r#"{{"test":"mem","rep":{rep},"n":{n},"payload_bytes":{},"bytes_per_msg":{:.1}}}"#,
+        p.len(),
+        after.saturating_sub(before) as f64 / n as f64
+    );
+    q.clear()?;
+    Ok(())
 }
 
 fn q6(
@@ -569,17 +577,7 @@ fn q6(
             cons.push(con);
         }
     }
-    let totals =
-        |cons: &mut Vec<redis::Connection>| -> Result<(f64, f64), Box<dyn std::error::Error>> {
-            let (mut cmds, mut cpu) = (0.0, 0.0);
-            for con in cons.iter_mut() {
-                cmds += info_field(con, "stats", "total_commands_processed")?;
-                cpu += info_field(con, "cpu", "used_cpu_user")?
-                    + info_field(con, "cpu", "used_cpu_sys")?;
-            }
-            Ok((cmds, cpu))
-        };
-    let (cmds0, redis_cpu0) = totals(&mut cons)?;
+    let (cmds0, redis_cpu0) = server_totals(&mut cons)?;
     let rounds0 = rw.driver_stats();
     let cpu0 = process_cpu()?;
     let t0 = Instant::now();
@@ -587,7 +585,7 @@ fn q6(
     let cpu = process_cpu()? - cpu0;
     let wall = t0.elapsed().as_secs_f64();
     let rounds = rw.driver_stats();
-    let (cmds1, redis_cpu1) = totals(&mut cons)?;
+    let (cmds1, redis_cpu1) = server_totals(&mut cons)?;
     // Our own INFO calls: 3 per server per reading.
     let cmds = cmds1 - cmds0 - 3.0 * cons.len() as f64;
     let servers = cons.len().max(1) as f64;
@@ -762,6 +760,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "q5c" => q5(&rw, &url, rep, q5_n, 4, true)?,
                 "q5t" => q5(&rw, &url, rep, q5_n, 0, false)?,
                 "q6" => q6(&rw, &urls, rep, q6_queues, q6_secs)?,
+                "mem" => mem(&rw, &url, rep)?,
                 "restart" => restart(rep)?,
                 "failover" => match cluster.as_mut() {
                     Some(c) => failover(&rw, c, rep)?,

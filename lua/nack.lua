@@ -10,7 +10,8 @@
 -- KEYS[7]  redwheel:{N}:reason    HASH  id -> why it died
 -- KEYS[8]  redwheel:{N}:wake      shard channel (SPUBLISHed to when it becomes the head, or
 --                                 '0' when a claim waits for the in-flight slot it frees)
--- KEYS[9]  redwheel:{N}:controls  HASH  the flag release_waiters (a claim waits for a slot)
+-- KEYS[9]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
+-- KEYS[10] redwheel:{N}:controls  HASH  the flag release_waiters (a claim waits for a slot)
 -- ARGV[1]  the message id
 -- ARGV[2]  the token of the claim being given back
 -- ARGV[3]  the delay before the next delivery, in ms (>= 0)
@@ -23,7 +24,8 @@
 -- Invariant: only the current claim's token gives it back; the message leaves `inflight`
 -- and enters `delayed` (or `dead`) in one atomic step. The in-flight slot it frees wakes
 -- claims that max_in_flight holds back, in every process.
--- (release comes from lifecycle.lua, put in front of this script by scripts.rs.)
+-- (lower_head comes from head.lua, release from lifecycle.lua, put in front of this script
+-- by scripts.rs.)
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur ~= ARGV[2] then
   if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 0 then
@@ -35,7 +37,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-release(KEYS[9], KEYS[8])
+release(KEYS[10], KEYS[8])
 local n = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
 if n >= tonumber(ARGV[4]) then
   redis.call('ZADD', KEYS[6], now, ARGV[1])
@@ -46,6 +48,7 @@ local due = now + tonumber(ARGV[3])
 local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[5], due, ARGV[1])
 if head[2] == nil or due < tonumber(head[2]) then
+  lower_head(KEYS[9], due)
   redis.call('SPUBLISH', KEYS[8], string.format('%d', due))
 end
 return 1

@@ -4,8 +4,9 @@
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
 --                                 cluster knows the script's slot)
--- KEYS[4]  redwheel:{N}:controls  HASH  max_len (absent: no bound)
--- KEYS[5]  redwheel:{N}:dead      ZSET  the dead letters (not counted in the length)
+-- KEYS[4]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
+-- KEYS[5]  redwheel:{N}:controls  HASH  max_len (absent: no bound)
+-- KEYS[6]  redwheel:{N}:dead      ZSET  the dead letters (not counted in the length)
 -- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME)
 --          or 'a' (ARGV[2] is an absolute due in epoch ms; a past one is clamped to now)
 -- ARGV[2]  the delay or the due time, a non-negative integer in decimal
@@ -24,12 +25,13 @@
 -- transferred; both are written together. Due times never come from a client clock
 -- for relative delays. `wake` carries the due time only when it is earlier than every
 -- due already waiting (the message became the head), so transfer tasks learn about
--- earlier heads, never later ones. The length never passes max_len. O(log n).
--- (full and due_at come from offer_lib.lua, put in front of this script by scripts.rs.)
+-- earlier heads, never later ones; `head` is lowered to it likewise. The length never
+-- passes max_len. O(log n). (lower_head comes from head.lua, full and due_at from
+-- offer_lib.lua, put in front of this script by scripts.rs.)
 if redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
   return -1
 end
-local refused = full(KEYS[4], KEYS[2], KEYS[5], 1)
+local refused = full(KEYS[5], KEYS[2], KEYS[6], 1)
 if refused then
   return refused
 end
@@ -44,6 +46,8 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], dues, ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[3], dues .. ':' .. ARGV[4])
 if head[2] == nil or due < tonumber(head[2]) then
+  -- (A due later than the delayed head is above the lower bound already.)
+  lower_head(KEYS[4], due)
   redis.call('SPUBLISH', KEYS[3], dues)
 end
 return due

@@ -5,28 +5,31 @@
 -- KEYS[2]  redwheel:{N}:msg       HASH  id -> "<due ms>:<payload>"
 -- KEYS[3]  redwheel:{N}:wake      shard channel (only SPUBLISHed to; named in KEYS so a
 --                                 cluster knows the script's slot)
--- KEYS[4]  redwheel:{N}:controls  HASH  max_len (absent: no bound)
--- KEYS[5]  redwheel:{N}:dead      ZSET  the dead letters (not counted in the length)
+-- KEYS[4]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
+-- KEYS[5]  redwheel:{N}:controls  HASH  max_len (absent: no bound)
+-- KEYS[6]  redwheel:{N}:dead      ZSET  the dead letters (not counted in the length)
 -- ARGV[1]  'r' (each time below is a delay in ms, added to the server's TIME) or 'a' (each
 --          is an absolute due in epoch ms; past ones are clamped to now)
 -- ARGV[2]  'k' (ids are the caller's: keep a known id as it is, and reply per message) or
---          'n' (ids are fresh, made by redwheel: no check, reply with a count)
+--          'n' (ids are fresh, made by redwheel: all or nothing, reply with a count)
 -- ARGV[3..] triples: delay or due time, id, encoded payload.
 --          The client sends at most 1,000 triples per call (Lua's unpack limit is 8,000).
 --
 -- Reply: with 'k', one integer per message, in order: 1 if it was added, 0 if its id was
 --        already known to the queue (waiting, due, or a dead letter; nothing written for
---        it). With 'n', the number of messages written.
+--        it). With 'n', the number of messages written, or -1 when one of the ids is already
+--        known (a fresh id that is not: two processes share an id prefix), and then nothing
+--        is written.
 --        Error 'ERR redwheel: due overflows' (nothing written) when a due exceeds 2^53 ms;
 --        'ERR redwheel: queue full (<len> of max_len <n>, <k> to add)' (nothing written) when
 --        the messages it would add do not all fit under max_len.
 --
 -- Invariant: as offer.lua, for every message of the batch (with 'k', an id repeated within
 -- the batch is added once); one SPUBLISH at most, of the earliest due added, and only when
--- it is earlier than every due already waiting. Fresh ids skip the HEXISTS per message:
--- they cannot be known, and writing one twice (a resend) writes the same thing. All or
--- nothing under max_len: the length never passes it. (full and due_at come from
--- offer_lib.lua, put in front of this script by scripts.rs.)
+-- it is earlier than every due already waiting (`head` is lowered to it likewise). Fresh ids
+-- are looked up too, before anything is written: a message is never overwritten. All or
+-- nothing under max_len: the length never passes it. (lower_head comes from head.lua, full
+-- and due_at from offer_lib.lua, put in front of this script by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local check = ARGV[2] == 'k'
@@ -36,6 +39,13 @@ local hargs = {}
 local added = {}
 local seen = {}
 local min_due
+if not check then
+  for i = 0, n - 1 do
+    if redis.call('HEXISTS', KEYS[2], ARGV[3 * i + 4]) == 1 then
+      return -1
+    end
+  end
+end
 for i = 0, n - 1 do
   local due = due_at(ARGV[1], ARGV[3 * i + 3], now)
   if due > 9007199254740992 then
@@ -64,7 +74,7 @@ end
 if #zargs == 0 then
   return reply
 end
-local refused = full(KEYS[4], KEYS[2], KEYS[5], #zargs / 2)
+local refused = full(KEYS[5], KEYS[2], KEYS[6], #zargs / 2)
 if refused then
   return refused
 end
@@ -72,6 +82,7 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], unpack(zargs))
 redis.call('HSET', KEYS[2], unpack(hargs))
 if head[2] == nil or min_due < tonumber(head[2]) then
+  lower_head(KEYS[4], min_due)
   redis.call('SPUBLISH', KEYS[3], string.format('%d', min_due))
 end
 return reply

@@ -16,6 +16,8 @@
 -- KEYS[11] redwheel:{N}:stale        HASH  id -> entries of `ready` left by removed messages
 -- KEYS[12] redwheel:{N}:attempts     HASH  id -> deliveries so far
 -- KEYS[13] redwheel:{N}:throttle:<key>  STRING, TTL = the throttle window
+-- KEYS[14] redwheel:{N}:head         HASH  field `due`: lower bound of every due and deadline
+--                                    (head.lua)
 -- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME) or 'a' (ARGV[2] is an
 --          absolute due in epoch ms; a past one is clamped to now)
 -- ARGV[2]  the delay or the due time, a non-negative integer in decimal
@@ -29,6 +31,8 @@
 -- ARGV[9]  a fresh id, for a debounce successor (mode 'd')
 --
 -- Reply: { code, id, due } (due: epoch ms, server clock), code:
+--   0  the fresh id of mode 'n' is known to the queue already (two processes share an id
+--      prefix): nothing written (due: 0)
 --   1  written under id (the key, or the fresh id of mode 'n')
 --   2  written under a fresh id (ARGV[9]), the successor of the message under the key, which
 --      was delivered already (in flight, waiting for a retry, or a dead letter); a 4th
@@ -47,8 +51,9 @@
 -- processes, write it at most once while it is known (keep), at most once per window
 -- (throttle), or replace the one waiting (debounce): each offer is one atomic step. A
 -- replaced message that was ready leaves its old entry counted in `stale` (skipped, never
--- delivered), exactly as remove.lua does. O(log n). (full and due_at come from
--- offer_lib.lua, put in front of this script by scripts.rs.)
+-- delivered), exactly as remove.lua does. `head` is lowered with every new head of `delayed`.
+-- O(log n). (lower_head comes from head.lua, full and due_at from offer_lib.lua, put in
+-- front of this script by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = due_at(ARGV[1], ARGV[2], now)
@@ -61,6 +66,9 @@ local key = ARGV[3]
 local id = key
 local code = 1
 local before
+if mode == 'n' and redis.call('HEXISTS', KEYS[2], id) == 1 then
+  return { 0, id, 0 }
+end
 if mode ~= 'n' then
   local mapped = redis.call('HGET', KEYS[10], key)
   if mapped then
@@ -121,6 +129,7 @@ if mode == 't' then
   redis.call('SET', KEYS[13], '1', 'PX', ARGV[8])
 end
 if head[2] == nil or due < tonumber(head[2]) then
+  lower_head(KEYS[14], due)
   redis.call('SPUBLISH', KEYS[3], dues)
 end
 if code == 2 then

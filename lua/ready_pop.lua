@@ -1,7 +1,7 @@
 -- ready_pop.lua: not a script of its own. scripts.rs puts these functions in front of
 -- take.lua and claim.lua (after lifecycle.lua), the two scripts that hand out ready
--- messages, so they apply the queue's controls, skip the same entries and check a ttl the
--- same way.
+-- messages, so they apply the queue's controls, skip the same entries, check a ttl the
+-- same way and answer a resent request the same way.
 --
 -- pop_ready(ready, msg, stale, any_stale, prioritized) pops the next message to hand out:
 -- first the head of `prioritized` (ZSET of due messages of priority 1..9, by band and due
@@ -118,4 +118,36 @@ local function expired(expires, id, now_ms)
   end
   redis.call('ZREM', expires, id)
   return false
+end
+
+-- Reply records (queue/request.rs). Each take or claim call is a request: a record key of
+-- its own slot (KEYS, a HASH with one field 'r' and a TTL) and a request number that grows
+-- within the slot. A request sent again after its reply was lost must answer what it did
+-- the first time, never hand out more.
+--
+-- replay(record, seq) returns:
+--   nil        no record of this request: run it (the slot's record, if any, is older);
+--   false      the record is of a later request of the slot: this is an old attempt of an
+--              earlier call, reaching Redis late; do nothing;
+--   r          this very request ran before: r is what remember() stored, answer from it.
+local function replay(record, seq)
+  local packed = redis.call('HGET', record, 'r')
+  if not packed then
+    return nil
+  end
+  local r = cmsgpack.unpack(packed)
+  if r[1] == seq then
+    return r
+  end
+  if r[1] > seq then
+    return false
+  end
+  return nil
+end
+
+-- remember(record, r, ttl) stores r (a list whose first element is the request number) as
+-- the slot's reply record for ttl ms, replacing the slot's previous one.
+local function remember(record, r, ttl)
+  redis.call('HSET', record, 'r', cmsgpack.pack(r))
+  redis.call('PEXPIRE', record, ttl)
 end

@@ -10,8 +10,11 @@
 -- ARGV     none
 --
 -- Reply: { delayed, ready, inflight, dead, oldest_overdue_ms, next_due_ms, now_ms, expired }:
---   counts of each set (`ready` may still hold ids removed after they fell due; it counts
---   `prioritized` too, and not the wake marker '' transfer.lua may leave at its head);
+--   counts of each state; `ready` counts messages, not the entries of the ready list (which
+--   may still hold entries of messages removed after they fell due, and the wake marker ''
+--   transfer.lua may leave at its head): every message (`msg` entry) is in exactly one of
+--   `delayed`, ready (the list or `prioritized`), `inflight` and `dead`, so the ready ones
+--   are HLEN(msg) minus the other three, in O(1);
 --   oldest_overdue_ms: how long the oldest message that is due but not delivered has been
 --   due (the first ready id, or the head of `delayed` if the transfer lags), -1 if none;
 --   next_due_ms: the head of `delayed` (epoch ms), -1 if empty; now_ms: the server's clock;
@@ -44,10 +47,6 @@ if pri > 0 then
     end
   end
 end
-local ready = redis.call('LLEN', KEYS[2]) + pri
-if first == '' then
-  ready = ready - 1
-end
 local next_due = -1
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then
@@ -56,6 +55,9 @@ if head[2] then
     oldest = math.max(oldest, now - next_due)
   end
 end
-return { redis.call('ZCARD', KEYS[1]), ready, redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCARD', KEYS[4]), oldest, next_due, now,
+local delayed = redis.call('ZCARD', KEYS[1])
+local inflight = redis.call('ZCARD', KEYS[3])
+local dead = redis.call('ZCARD', KEYS[4])
+local ready = math.max(0, redis.call('HLEN', KEYS[5]) - delayed - inflight - dead)
+return { delayed, ready, inflight, dead, oldest, next_due, now,
   tonumber(redis.call('HGET', KEYS[7], 'expired') or '0') }

@@ -7,14 +7,17 @@
 -- KEYS[4]  redwheel:{N}:counts       HASH  'delivered' -> messages handed out so far (take and
 --                                          claim); 'expired' -> messages that expired
 -- KEYS[5]  redwheel:{N}:stale        HASH  id -> entries of `ready` left by removed messages
--- KEYS[6]  redwheel:{N}:controls     HASH  paused, rate_max, rate_per (ms), priorities, ttls
--- KEYS[7]  redwheel:{N}:prioritized  ZSET  due messages of priority 1..9
--- KEYS[8]  redwheel:{N}:priority     HASH  id -> priority (1..9)
--- KEYS[9]  redwheel:{N}:expires      ZSET  id -> the time it must be handed out by (ms)
--- KEYS[10] redwheel:{N}:rate         ZSET  the rate window's deliveries (µs)
--- KEYS[11] redwheel:{N}:dead         ZSET  id -> when it died
--- KEYS[12] redwheel:{N}:reason       HASH  id -> why it died
--- ARGV[1]  a prefix unique to this call (its entry in the rate log)
+-- KEYS[6]  redwheel:{N}:reply:<process>.<slot>  HASH  this request's reply record (TTL)
+-- KEYS[7]  redwheel:{N}:controls     HASH  paused, rate_max, rate_per (ms), priorities, ttls
+-- KEYS[8]  redwheel:{N}:prioritized  ZSET  due messages of priority 1..9
+-- KEYS[9]  redwheel:{N}:priority     HASH  id -> priority (1..9)
+-- KEYS[10] redwheel:{N}:expires      ZSET  id -> the time it must be handed out by (ms)
+-- KEYS[11] redwheel:{N}:rate         ZSET  the rate window's deliveries (µs)
+-- KEYS[12] redwheel:{N}:dead         ZSET  id -> when it died
+-- KEYS[13] redwheel:{N}:reason       HASH  id -> why it died
+-- ARGV[1]  the request number (grows within the slot)
+-- ARGV[2]  how long to keep the reply record, in ms
+-- ARGV[3]  a prefix unique to this call (its entry in the rate log)
 --
 -- Reply: { gate, expired, id, "<due ms>:<payload>" } for the message taken, or
 --        { gate, expired } when none was: `ready` and `prioritized` were empty (another
@@ -22,6 +25,9 @@
 --   gate     0 (open), -1 (the queue is paused), or > 0: µs until the rate limit lets the
 --            next delivery through (measured from this call's TIME)
 --   expired  messages this call found past their ttl and made dead letters
+--        The same request sent again (its reply was lost) gets the same message again,
+--        from the reply record, and takes nothing more; an old attempt of an earlier
+--        request of the slot gets { 0, 0 } and does nothing.
 --
 -- Invariant: the id leaves `ready` (or `prioritized`) and its `msg` entry is deleted in one
 -- atomic step, so each message goes to exactly one consumer and nothing is orphaned. Higher
@@ -31,14 +37,24 @@
 -- transfer (counted in `stale` by remove.lua; looked up only while `stale` is not empty) and
 -- ids whose `msg` entry is gone are dropped here, at most 100 per call, so the call stays
 -- O(1) however many there are. A message taken raises `delivered` in `counts` by one (what
--- `redwheel watch` reads its delivery rate from).
--- (pop_ready, gate and NO_CONTROLS come from ready_pop.lua, expire from lifecycle.lua, put
--- in front of this script by scripts.rs.)
+-- `redwheel watch` reads its delivery rate from), and is recorded, payload included, in the
+-- request's reply record: a take whose reply is lost is resent by the client and answered
+-- from the record, so no message is lost with a reply.
+-- (pop_ready, gate, NO_CONTROLS, replay and remember come from ready_pop.lua, expire from
+-- lifecycle.lua, put in front of this script by scripts.rs.)
+local seq = tonumber(ARGV[1])
+local done = replay(KEYS[6], seq)
+if done then
+  return { 0, 0, done[2], done[3] }
+end
+if done == false then
+  return { 0, 0 }
+end
 -- One call when the queue has neither stale entries nor controls (the common case).
 local c = NO_CONTROLS
 local any_stale = false
-if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then
-  c = redis.call('HMGET', KEYS[6], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
+if redis.call('EXISTS', KEYS[5], KEYS[7]) > 0 then
+  c = redis.call('HMGET', KEYS[7], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
   any_stale = redis.call('EXISTS', KEYS[5]) == 1
 end
 local now
@@ -46,12 +62,12 @@ if c[1] == false and (c[2] or c[5]) then
   now = now_us()
 end
 if c[1] or c[2] then
-  local g = gate(c, KEYS[10], now, nil)
+  local g = gate(c, KEYS[11], now, nil)
   if g ~= 0 then
     return { g, 0 }
   end
 end
-local prioritized = c[4] and KEYS[7] or nil
+local prioritized = c[4] and KEYS[8] or nil
 local died = 0
 for _ = 1, 100 do
   local id, v, pri_empty = pop_ready(KEYS[1], KEYS[2], KEYS[5], any_stale, prioritized)
@@ -62,22 +78,23 @@ for _ = 1, 100 do
     break
   end
   if v then
-    if c[5] and expired(KEYS[9], id, math.floor(now / 1000)) then
-      expire(id, math.floor(now / 1000), KEYS[9], KEYS[11], KEYS[12])
+    if c[5] and expired(KEYS[10], id, math.floor(now / 1000)) then
+      expire(id, math.floor(now / 1000), KEYS[10], KEYS[12], KEYS[13])
       died = died + 1
     else
       redis.call('HDEL', KEYS[2], id)
       redis.call('HDEL', KEYS[3], id)
       if c[4] then
-        redis.call('HDEL', KEYS[8], id)
+        redis.call('HDEL', KEYS[9], id)
       end
       if c[2] then
-        log_deliveries(KEYS[10], now, ARGV[1], 1)
+        log_deliveries(KEYS[11], now, ARGV[3], 1)
       end
       redis.call('HINCRBY', KEYS[4], 'delivered', 1)
       if died > 0 then
         redis.call('HINCRBY', KEYS[4], 'expired', died)
       end
+      remember(KEYS[6], { seq, id, v }, ARGV[2])
       return { 0, died, id, v }
     end
   end

@@ -20,6 +20,9 @@
 -- KEYS[14] redwheel:{N}:counts       HASH  'expired' -> messages that expired so far
 -- KEYS[15] redwheel:{N}:wake         shard channel ('0' when an in-flight slot frees for a
 --                                    waiting claim)
+-- KEYS[16] redwheel:{N}:head         HASH  field `due`: lower bound of every due and deadline
+--                                    (head.lua), set here to the exact earliest one left
+--                                    (ttl ends included), or deleted
 -- ARGV[1]  batch: the most ids to move, to expire, and to kill by ttl (1..4000; Lua's unpack
 --          limit is 8,000)
 -- ARGV[2]  max_deliveries (>= 1)
@@ -51,7 +54,9 @@
 -- no trace. A message not handed out by its ttl's end leaves `delayed`, `prioritized` or (an
 -- entry counted in `stale`, skipped later) `ready` for the dead letters. Without priorities
 -- and ttls in use (the flags in `controls`), the cost is what it was without them plus one
--- HMGET: O(log n + batch); nothing is scanned.
+-- HMGET: O(log n + batch); nothing is scanned. `head`'s `due` is exact after a call that
+-- leaves less than a batch due (with a full batch it stays as it was, at or before now, and
+-- the client runs again at once).
 -- (ready_score, expire and release come from lifecycle.lua, put in front by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -178,8 +183,10 @@ if c[2] then
   end
 end
 if not next_at then
+  redis.call('HDEL', KEYS[16], 'due')
   return reply(-(moved + 1))
 end
+redis.call('HSET', KEYS[16], 'due', string.format('%d', next_at))
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local wait_us = math.min(3600000000, math.max(1, next_at * 1000 - now_us))
 return reply(moved + 8192 * wait_us)

@@ -108,6 +108,47 @@
 //! # Ok::<(), redwheel::Error>(())
 //! ```
 //!
+//! ## Recurring schedules
+//!
+//! [`schedule::Schedule`] says when a recurring job fires: a cron
+//! expression (Vixie cron's grammar and day rule) read on the wall clock of
+//! an IANA time zone, with daylight saving time handled as Debian's cron
+//! does, or a fixed period anchored so that restarts never drift. It is a
+//! pure value that reads no clock: [`next_after`](schedule::Schedule::next_after)
+//! previews runs, [`plan`](schedule::Schedule::plan) says what a catch-up
+//! policy fires after downtime, and [`definition`](schedule::Schedule::definition)
+//! is the stable text it is stored and compared as. The zone database is
+//! bundled, so every process of one build agrees.
+//!
+//! ```
+//! use std::time::{Duration, UNIX_EPOCH};
+//! use redwheel::schedule::Schedule;
+//!
+//! let nightly = Schedule::cron("30 2 * * *")?.time_zone("Europe/Berlin")?;
+//! // 29 March 2026: 02:30 does not exist in Berlin; it runs at 03:00 CEST.
+//! let t = UNIX_EPOCH + Duration::from_secs(1_774_742_400); // 2026-03-29T00:00:00Z
+//! assert_eq!(nightly.next_after(t), Some(UNIX_EPOCH + Duration::from_secs(1_774_746_000)));
+//! # Ok::<(), redwheel::Error>(())
+//! ```
+//!
+//! Put on a queue with [`Queue::schedule`], each occurrence becomes one
+//! message of the queue, due at the occurrence and offered exactly once
+//! however many processes have the queue open (see "Recurring schedules"
+//! in [`queue`]):
+//!
+//! ```no_run
+//! use redwheel::Redwheel;
+//! use redwheel::schedule::Schedule;
+//!
+//! let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+//! let q = rw.queue::<String>("reports")?;
+//! let nightly = Schedule::cron("0 3 * * *")?.time_zone("Europe/Berlin")?;
+//! q.schedule("nightly", &nightly, &"build the report".to_string())?; // every process may declare it
+//! let m = q.take()?;                                                  // at 03:00 Berlin time
+//! assert_eq!(m.payload(), "build the report");
+//! # Ok::<(), redwheel::Error>(())
+//! ```
+//!
 //! ## Errors
 //!
 //! The timer has its own [`TimerError`]. Everything Redis-backed returns one
@@ -127,9 +168,16 @@
 //!   are in the README's "Operating it".
 //! * `tls`: `rediss://` URLs, through the `redis` crate's rustls support;
 //!   `RedwheelOptions::tls_root_certificate` trusts a private CA.
+//! * `async`: every queue and lock operation as a future
+//!   (`Queue::offer_async`, `take_async`, `claim_async`, `deliveries`,
+//!   `Lock::lock_async`…) and the wheel's `HashedWheelTimer::sleep`,
+//!   completed by redwheel's own threads (one multiplexed connection per
+//!   Redis node, the wheel): no runtime inside, for tokio, smol or any
+//!   executor. What dropping each future does is in the README's "Async"
+//!   and on each method.
 //! * `cli`: the `redwheel` operator tool (`cargo install --path .
 //!   --features cli`): stats, peek, dead letters, requeue, remove, offer,
-//!   a live `watch` and locks, as tables or JSON. What it reads is library
+//!   a live `watch`, locks and schedules, as tables or JSON. What it reads is library
 //!   API too (`queue::inspect`, `lock::inspect`), with or without the
 //!   feature.
 
@@ -142,14 +190,21 @@ mod error;
 pub mod lock;
 pub mod queue;
 mod runtime;
+pub mod schedule;
 mod scripts;
 mod telemetry;
 // The timer's fast path (pooled slots, per-thread rings) is unsafe code,
 // each block with its `// SAFETY:` argument, covered by Miri and loom.
 #[allow(unsafe_code)]
 pub mod timer;
+#[cfg(feature = "web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "web")))]
+pub mod web;
 
 pub use error::{Error, ErrorKind, TimerError};
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use lock::AsyncLockGuard;
 pub use lock::{LeaseLost, Lock, LockGuard, LockStats, LostCause};
 pub use queue::{
     Codec, Consumer, ConsumerOptions, DeadLetter, Dedup, Delivery, Limit, Message, MessageId,

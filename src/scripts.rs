@@ -9,18 +9,22 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `lua/offer.lua`: one delayed message (after `lua/offer_lib.lua`, as
+/// `lua/offer.lua`: one delayed message (after `lua/head.lua`, as every
+/// script that adds a due time or a deadline, and `lua/offer_lib.lua`, as
 /// every offer).
 pub(crate) static OFFER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/head.lua"),
         include_str!("../lua/offer_lib.lua"),
         include_str!("../lua/offer.lua")
     ))
 });
 
-/// `lua/offer_with.lua`: one message with options (dedup, priority, ttl).
+/// `lua/offer_with.lua`: one message with options (dedup, priority, ttl;
+/// after `lua/head.lua` and `lua/offer_lib.lua`).
 pub(crate) static OFFER_WITH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/head.lua"),
         include_str!("../lua/offer_lib.lua"),
         include_str!("../lua/offer_with.lua")
     ))
@@ -30,9 +34,11 @@ pub(crate) static OFFER_WITH: LazyLock<Script> = LazyLock::new(|| {
 pub(crate) static CONTROLS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/controls.lua")));
 
-/// `lua/offer_batch.lua`: up to [`BATCH_OFFER_MAX`] delayed messages.
+/// `lua/offer_batch.lua`: up to [`BATCH_OFFER_MAX`] delayed messages
+/// (after `lua/head.lua` and `lua/offer_lib.lua`).
 pub(crate) static OFFER_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/head.lua"),
         include_str!("../lua/offer_lib.lua"),
         include_str!("../lua/offer_batch.lua")
     ))
@@ -65,15 +71,22 @@ pub(crate) static TAKE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// `lua/give_back.lua`: puts a message a dropped async take was handed back
+/// at the head of the ready list.
+#[cfg(feature = "async")]
+pub(crate) static GIVE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/give_back.lua")));
+
 /// `lua/park.lua`: parks an undecodable message as a dead letter.
 pub(crate) static PARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/park.lua")));
 
 /// `lua/claim.lua`: claims ready messages under a visibility deadline
-/// (after `lua/lifecycle.lua` and `lua/ready_pop.lua`, which it shares with
-/// take).
+/// (after `lua/head.lua`, `lua/lifecycle.lua` and `lua/ready_pop.lua`,
+/// which it shares with take).
 pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/head.lua"),
         include_str!("../lua/lifecycle.lua"),
         include_str!("../lua/ready_pop.lua"),
         include_str!("../lua/claim.lua")
@@ -89,17 +102,23 @@ pub(crate) static ACK: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `lua/nack.lua`: gives a claimed message back (or to the dead letters;
-/// after `lua/lifecycle.lua`).
+/// after `lua/head.lua` and `lua/lifecycle.lua`).
 pub(crate) static NACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../lua/head.lua"),
         include_str!("../lua/lifecycle.lua"),
         include_str!("../lua/nack.lua")
     ))
 });
 
-/// `lua/extend.lua`: moves a claim's visibility deadline.
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/extend.lua")));
+/// `lua/extend.lua`: moves a claim's visibility deadline (after
+/// `lua/head.lua`).
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/extend.lua")
+    ))
+});
 
 /// `lua/dead.lua`: reads dead letters.
 pub(crate) static DEAD: LazyLock<Script> =
@@ -138,6 +157,53 @@ pub(crate) static LOCK_RENEW: LazyLock<Script> =
 pub(crate) static LOCK_FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/lock_force_release.lua")));
 
+/// `lua/schedule_set.lua`: creates or replaces a schedule (after
+/// `lua/schedule_lib.lua`, as every schedule script).
+pub(crate) static SCHEDULE_SET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_set.lua")
+    ))
+});
+
+/// `lua/schedule_remove.lua`: deletes a schedule.
+pub(crate) static SCHEDULE_REMOVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_remove.lua")
+    ))
+});
+
+/// `lua/schedule_pause.lua`: pauses or resumes a schedule.
+pub(crate) static SCHEDULE_PAUSE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_pause.lua")
+    ))
+});
+
+/// `lua/schedule_read.lua`: reads the schedules, or those changed since a
+/// version.
+pub(crate) static SCHEDULE_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_read.lua")
+    ))
+});
+
+/// `lua/schedule_fire.lua`: offers due occurrences and advances their
+/// schedules (after `lua/head.lua` and `lua/schedule_lib.lua`).
+pub(crate) static SCHEDULE_FIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/schedule_lib.lua"),
+        include_str!("../lua/schedule_fire.lua")
+    ))
+});
+
+/// Most schedules one `schedule_fire.lua` call advances.
+pub(crate) const FIRE_GROUPS_MAX: usize = 1_000;
+
 /// The SHA1 of the script named `name` (its file's name without `.lua`:
 /// `"offer"`, `"claim"`, `"lock_acquire"`…), as redwheel builds and sends
 /// it (with the functions put in front of it), for redwheel's own fault
@@ -159,12 +225,19 @@ pub fn script_sha(name: &str) -> Option<String> {
         "extend" => &EXTEND,
         "dead" => &DEAD,
         "requeue_dead" => &REQUEUE_DEAD,
+        #[cfg(feature = "async")]
+        "give_back" => &GIVE_BACK,
         "stats" => &STATS,
         "len" => &LEN,
         "lock_acquire" => &LOCK_ACQUIRE,
         "lock_release" => &LOCK_RELEASE,
         "lock_renew" => &LOCK_RENEW,
         "lock_force_release" => &LOCK_FORCE_RELEASE,
+        "schedule_set" => &SCHEDULE_SET,
+        "schedule_remove" => &SCHEDULE_REMOVE,
+        "schedule_pause" => &SCHEDULE_PAUSE,
+        "schedule_read" => &SCHEDULE_READ,
+        "schedule_fire" => &SCHEDULE_FIRE,
         _ => return None,
     };
     Some(script.get_hash().to_owned())

@@ -23,7 +23,7 @@
 //! | `redwheel_messages_offered_total` | counter | messages added by `offer*` (an `offer_with_id` of a known id adds none) |
 //! | `redwheel_messages_transferred_total` | counter | ids this process's transfer job made ready: due ones moved from delayed, and claims whose visibility expired put back for redelivery |
 //! | `redwheel_messages_delivered_total` | counter | messages handed to a consumer by `take`/`poll` and `claim`/`claim_batch`/`consume` |
-//! | `redwheel_messages_acked_total` | counter | acks accepted (`Delivery::ack`, and the consumer pool's acks); refused ones (stale deliveries) are not counted |
+//! | `redwheel_messages_acked_total` | counter | acks that deleted their message (`Delivery::ack`, and the consumer pool's acks); refused ones (stale deliveries) and those that found the message gone already (removed, or acked by an earlier attempt) are not counted |
 //! | `redwheel_messages_nacked_total` | counter | nacks accepted (`Delivery::nack`, a consumer handler's failure, a release at shutdown): the message was scheduled again or dead-lettered |
 //! | `redwheel_messages_redelivered_total` | counter | deliveries (claims) of a message that was delivered before: its visibility expired, or it was nacked (attempt > 1) |
 //! | `redwheel_messages_dead_lettered_total` | counter | messages this process sent to the dead letters: a nack at `max_deliveries`, a claim that expired at `max_deliveries` (found by its transfer job), a payload that could not be decoded, or a message past its ttl |
@@ -31,6 +31,9 @@
 //! | `redwheel_queue_messages` | gauge, also label `state` = `delayed`, `ready`, `in_flight`, `dead` | messages in each state, set whenever [`Queue::stats`](crate::Queue::stats) runs |
 //! | `redwheel_queue_oldest_overdue_seconds` | gauge | how long the oldest due message not yet handed to a consumer has been due (0 when none), set whenever `Queue::stats` runs |
 //! | `redwheel_delivery_lateness_seconds` | histogram | per message delivered for the first time (by `take`, or a claim of attempt 1): delivery time (Redis server clock, by this process's estimate) − due time. Redeliveries are left out: they keep their first due time |
+//! | `redwheel_schedule_occurrences_fired_total` | counter | occurrences of the queue's recurring schedules that this process offered (each occurrence is offered by one process) |
+//! | `redwheel_schedule_occurrences_skipped_total` | counter | due occurrences this process's firing dropped by the schedule's catch-up policy (after downtime) |
+//! | `redwheel_schedule_firing_lateness_seconds` | histogram | per occurrence this process offered: the Redis server's `TIME` when the firing script ran − the occurrence |
 //!
 //! The backlog gauges are only as fresh as the last `stats()` call: have
 //! the exporter's scrape handler call it, or call it on an interval (the
@@ -88,6 +91,12 @@ pub(crate) const QUEUE_MESSAGES: &str = "redwheel_queue_messages";
 pub(crate) const OLDEST_OVERDUE: &str = "redwheel_queue_oldest_overdue_seconds";
 /// `redwheel_delivery_lateness_seconds`.
 pub(crate) const LATENESS: &str = "redwheel_delivery_lateness_seconds";
+/// `redwheel_schedule_occurrences_fired_total`.
+pub(crate) const SCHEDULE_FIRED: &str = "redwheel_schedule_occurrences_fired_total";
+/// `redwheel_schedule_occurrences_skipped_total`.
+pub(crate) const SCHEDULE_SKIPPED: &str = "redwheel_schedule_occurrences_skipped_total";
+/// `redwheel_schedule_firing_lateness_seconds`.
+pub(crate) const SCHEDULE_LATENESS: &str = "redwheel_schedule_firing_lateness_seconds";
 /// `redwheel_wheel_pending_timeouts`.
 pub(crate) const WHEEL_PENDING: &str = "redwheel_wheel_pending_timeouts";
 /// `redwheel_wheel_tick_lag_seconds`.
@@ -246,6 +255,21 @@ pub(crate) fn describe() {
                 Unit::Seconds,
                 "Delivery time (Redis clock estimate) minus due time, per delivered message."
             );
+            describe_counter!(
+                SCHEDULE_FIRED,
+                Unit::Count,
+                "Occurrences of recurring schedules offered by this process."
+            );
+            describe_counter!(
+                SCHEDULE_SKIPPED,
+                Unit::Count,
+                "Due occurrences of recurring schedules dropped by their catch-up policy."
+            );
+            describe_histogram!(
+                SCHEDULE_LATENESS,
+                Unit::Seconds,
+                "Redis server time when an occurrence was offered minus the occurrence."
+            );
             describe_gauge!(
                 WHEEL_PENDING,
                 Unit::Count,
@@ -280,6 +304,26 @@ pub(crate) fn describe() {
             );
             describe_counter!(LOCK_LOST, Unit::Count, "Lock holds lost.");
         });
+    }
+}
+
+/// The metric handles of one queue's recurring schedules, looked up once
+/// when the queue is opened.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct ScheduleMetrics {
+    pub fired: Counter,
+    pub skipped: Counter,
+    pub lateness: Histogram,
+}
+
+impl ScheduleMetrics {
+    pub(crate) fn new(queue: &str) -> ScheduleMetrics {
+        let q = [("queue", queue)];
+        ScheduleMetrics {
+            fired: Counter::new(SCHEDULE_FIRED, &q),
+            skipped: Counter::new(SCHEDULE_SKIPPED, &q),
+            lateness: Histogram::new(SCHEDULE_LATENESS, &q),
+        }
     }
 }
 
@@ -482,25 +526,70 @@ impl Drop for RoundTrip {
 /// messages.
 #[inline]
 pub(crate) fn queue_op(op: &'static str, queue: &str, batch: usize) -> RoundTrip {
-    RoundTrip::new(tracing::debug_span!(
+    RoundTrip::new(queue_span(op, queue, batch))
+}
+
+fn queue_span(op: &'static str, queue: &str, batch: usize) -> tracing::Span {
+    tracing::debug_span!(
         target: "redwheel::redis",
         "redis",
         op,
         queue,
         batch,
         elapsed_us = tracing::field::Empty
-    ))
+    )
 }
 
 /// The span of a round trip of lock `lock` running `op`.
 #[inline]
 pub(crate) fn lock_op(op: &'static str, lock: &str) -> RoundTrip {
-    RoundTrip::new(tracing::debug_span!(
+    RoundTrip::new(lock_span(op, lock))
+}
+
+fn lock_span(op: &'static str, lock: &str) -> tracing::Span {
+    tracing::debug_span!(
         target: "redwheel::redis",
         "redis",
         op,
         lock,
         batch = 1usize,
         elapsed_us = tracing::field::Empty
-    ))
+    )
+}
+
+/// As [`RoundTrip`], for a round trip awaited in a future (feature
+/// `async`): the span is not entered (an entered span must not cross an
+/// `.await`), and it is `Send`.
+#[cfg(feature = "async")]
+pub(crate) struct AwaitedRoundTrip {
+    span: tracing::Span,
+    start: Option<Instant>,
+}
+
+#[cfg(feature = "async")]
+impl Drop for AwaitedRoundTrip {
+    fn drop(&mut self) {
+        if let Some(start) = self.start {
+            self.span
+                .record("elapsed_us", start.elapsed().as_micros() as u64);
+        }
+    }
+}
+
+#[cfg(feature = "async")]
+fn awaited(span: tracing::Span) -> AwaitedRoundTrip {
+    let start = (!span.is_disabled()).then(Instant::now);
+    AwaitedRoundTrip { span, start }
+}
+
+/// [`queue_op`] for a future.
+#[cfg(feature = "async")]
+pub(crate) fn queue_op_async(op: &'static str, queue: &str, batch: usize) -> AwaitedRoundTrip {
+    awaited(queue_span(op, queue, batch))
+}
+
+/// [`lock_op`] for a future.
+#[cfg(feature = "async")]
+pub(crate) fn lock_op_async(op: &'static str, lock: &str) -> AwaitedRoundTrip {
+    awaited(lock_span(op, lock))
 }

@@ -128,13 +128,7 @@ fn every_lua_script_is_in_the_key_and_script_table() {
 /// Pairs of files that import each other today and are being taken apart
 /// elsewhere (the timer's split, issue 19). A pair that no longer imports
 /// each other must leave this list; no pair may join it.
-const KNOWN_MUTUAL: &[(&str, &str)] = &[
-    ("timer/inbox.rs", "timer/slot.rs"),
-    ("timer/clock.rs", "timer/mod.rs"),
-    ("timer/inbox.rs", "timer/mod.rs"),
-    ("timer/mod.rs", "timer/slot.rs"),
-    ("timer/mod.rs", "timer/worker.rs"),
-];
+const KNOWN_MUTUAL: &[(&str, &str)] = &[];
 
 /// The crate's modules: module path (`crate::queue::keys`) → file (relative
 /// to `src/`). The binary is a crate of its own and is left out.
@@ -159,7 +153,12 @@ fn modules() -> BTreeMap<String, String> {
 /// `source` without comments, string literals and its `#[cfg(test)] mod
 /// tests { … }` (whose `super` is the file's own module).
 fn code_of(source: &str) -> String {
-    let source = match source.find("#[cfg(test)]\nmod tests {") {
+    // `#[cfg(test)]`, `#[cfg(all(test, not(loom)))]`…, then `mod tests {`.
+    let tests_at = source.match_indices("mod tests {").find_map(|(i, _)| {
+        let attr = source[..i].trim_end();
+        (attr.ends_with(")]") && attr[attr.rfind("#[cfg(")?..].contains("test")).then_some(i)
+    });
+    let source = match tests_at {
         Some(i) => &source[..i],
         None => source,
     };
@@ -187,12 +186,46 @@ fn code_of(source: &str) -> String {
 
 /// The paths in `code` that start at `crate`, `super` or `self`, with
 /// braces expanded: `use super::{a, b::C}` gives `super::a`, `super::b::C`.
+///
+/// A path inside an inline module (`mod sealed { use super::X; }`) is read
+/// as if written at the file's level: one `super` per enclosing inline
+/// module is dropped (and a `self::` gains the inline modules' names).
 fn paths(code: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let bytes: Vec<char> = code.chars().collect();
+    // Brace depth, and the names and depths of the inline modules we are in.
+    let mut depth = 0usize;
+    let mut inline: Vec<(String, usize)> = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
+        match bytes[i] {
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.saturating_sub(1);
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+            }
+            _ => {}
+        }
         let starts_word = i == 0 || !(bytes[i - 1].is_alphanumeric() || bytes[i - 1] == '_');
+        if starts_word && bytes[i..].starts_with(&['m', 'o', 'd', ' ']) {
+            let mut j = i + 4;
+            let start = j;
+            while j < bytes.len() && (bytes[j].is_alphanumeric() || bytes[j] == '_') {
+                j += 1;
+            }
+            let name: String = bytes[start..j].iter().collect();
+            while j < bytes.len() && bytes[j].is_whitespace() {
+                j += 1;
+            }
+            if !name.is_empty() && j < bytes.len() && bytes[j] == '{' {
+                inline.push((name, depth));
+                depth += 1;
+                i = j + 1;
+                continue;
+            }
+        }
         let rest: String = bytes[i..bytes.len().min(i + 8)].iter().collect();
         let head = ["crate::", "super::", "self::"]
             .into_iter()
@@ -200,7 +233,43 @@ fn paths(code: &str) -> Vec<Vec<String>> {
         match head {
             Some(_) if starts_word => {
                 let (found, end) = read_tree(&bytes, i);
-                out.extend(found);
+                for mut p in found {
+                    match p.first().map(String::as_str) {
+                        Some("super") if !inline.is_empty() => {
+                            let drop_n = inline
+                                .len()
+                                .min(p.iter().take_while(|x| *x == "super").count());
+                            let mut kept: Vec<String> = inline[..inline.len() - drop_n]
+                                .iter()
+                                .map(|(n, _)| n.clone())
+                                .collect();
+                            p.drain(..drop_n);
+                            if p.first().map(String::as_str) == Some("super") {
+                                kept.clear();
+                            }
+                            p = if kept.is_empty() {
+                                if p.first().map(String::as_str) == Some("super") {
+                                    p
+                                } else {
+                                    std::iter::once("self".to_owned()).chain(p).collect()
+                                }
+                            } else {
+                                std::iter::once("self".to_owned())
+                                    .chain(kept)
+                                    .chain(p)
+                                    .collect()
+                            };
+                        }
+                        Some("self") if !inline.is_empty() => {
+                            p = std::iter::once("self".to_owned())
+                                .chain(inline.iter().map(|(n, _)| n.clone()))
+                                .chain(p.into_iter().skip(1))
+                                .collect();
+                        }
+                        _ => {}
+                    }
+                    out.push(p);
+                }
                 i = end.max(i + 1);
             }
             _ => i += 1,
@@ -331,4 +400,11 @@ fn the_import_reader_expands_braces_and_skips_comments_strings_and_tests() {
         found,
         ["super::a", "super::b::C", "super::b", "crate::z::w"]
     );
+    // Inside an inline module, `super` is the file's own module.
+    let code = code_of(
+        "mod sealed {\n    pub use super::parker::P;\n    use super::super::x::Y;\n}\n\
+         use super::z;\n#[cfg(all(test, not(loom)))]\nmod tests {\n    use super::*;\n}\n",
+    );
+    let found: Vec<String> = paths(&code).iter().map(|p| p.join("::")).collect();
+    assert_eq!(found, ["self::parker::P", "super::x::Y", "super::z"]);
 }

@@ -569,3 +569,101 @@ fn usage_errors_exit_2_before_connecting_even_with_redis_down() {
     let err = fails_with(&redwheel(&nothing, &[]), 2);
     assert!(err.contains("a command is needed"), "{err}");
 }
+
+#[test]
+fn schedules_are_set_listed_paused_resumed_and_removed_with_their_next_runs() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let nightly = [
+        "schedule",
+        "set",
+        "reports",
+        "nightly",
+        "build",
+        "--cron",
+        "0 3 * * *",
+        "--tz",
+        "Europe/Berlin",
+    ];
+    let set = ok(&url, &nightly);
+    assert!(
+        set.starts_with("created schedule nightly of reports: cron \"0 3 * * *\" Europe/Berlin"),
+        "{set}"
+    );
+    let again = ok_json(&url, &nightly);
+    assert_eq!(again["result"], "unchanged");
+    ok(
+        &url,
+        &[
+            "schedule",
+            "set",
+            "reports",
+            "tick",
+            "t",
+            "--every",
+            "1h",
+            "--catch-up",
+            "all:5",
+        ],
+    );
+    ok(&url, &["schedule", "pause", "reports", "tick"]);
+    let table = ok(&url, &["schedules", "reports", "-n", "2"]);
+    let nightly = row(&table, "nightly");
+    assert_eq!(nightly[nightly.len() - 3], "no", "{table}");
+    assert!(
+        nightly.last().unwrap().ends_with("T02:00:00.000Z"),
+        "{table}"
+    );
+    let tick = row(&table, "tick");
+    assert_eq!(&tick[tick.len() - 2..], ["yes", "-"], "{table}");
+    let doc = ok_json(&url, &["schedules", "reports", "-n", "2"]);
+    let list = doc["schedules"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["name"], "nightly");
+    assert_eq!(
+        list[0]["definition"],
+        "v1;cron=0 3 * * *;tz=Europe/Berlin;start=-;until=-;catch_up=latest"
+    );
+    let runs = list[0]["next_runs_ms"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        runs[1].as_u64().unwrap() - runs[0].as_u64().unwrap(),
+        86_400_000
+    );
+    assert_eq!(list[1]["paused"], true);
+    assert!(list[1]["next_ms"].is_null());
+    assert!(doc["server_time_ms"].as_u64().is_some());
+    ok(&url, &["schedule", "resume", "reports", "tick"]);
+    assert_eq!(
+        ok_json(&url, &["schedules", "reports"])["schedules"][1]["paused"],
+        false
+    );
+    ok(&url, &["schedule", "unschedule", "reports", "tick"]);
+    let gone = fails_with(
+        &redwheel(&url, &["schedule", "remove", "reports", "tick"]),
+        4,
+    );
+    assert!(gone.contains("no schedule \"tick\""), "{gone}");
+    fails_with(
+        &redwheel(&url, &["schedule", "pause", "reports", "nope"]),
+        4,
+    );
+    // Bad input is a usage error, before anything is written.
+    let set_x = |more: &[&str]| {
+        let mut args = vec!["schedule", "set", "reports", "x", "y"];
+        args.extend_from_slice(more);
+        fails_with(&redwheel(&url, &args), 2)
+    };
+    let bad = set_x(&["--cron", "0 25 * * *"]);
+    assert!(bad.contains("hour field \"25\""), "{bad}");
+    set_x(&[]);
+    set_x(&["--every", "1s", "--catch-up", "all:0"]);
+    assert_eq!(ok(&url, &["schedules", "empty"]), "no schedules in empty\n");
+    assert_eq!(
+        ok_json(&url, &["schedules", "reports"])["schedules"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use faults_common::{Cut, Env, HANG, ids_with_payload, scripts, sha, strings, under_every_cut};
-use redwheel::{Error, MessageId, Queue, QueueOptions};
+use redwheel::{Error, Message, MessageId, Queue, QueueOptions};
 use support::within;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -158,9 +158,10 @@ fn offer_batch_with_ids_whose_reply_was_lost_is_not_written_again_after_another_
     offered_then_taken(Offer::BatchWithIds)
 }
 
-/// Two messages are ready; a take runs under `cut`. Exactly the message
-/// it returns may have left Redis; with `OutcomeUnknown`, at most one.
-fn take(cut: Cut) {
+/// Two messages, "a" then "b", are ready (the take script loaded, a
+/// connection idle); a `poll` runs under `cut`, and the fault fired (the
+/// server ran the take). Its result, and the environment to read from.
+fn take_under(cut: Cut) -> (Env, Result<Option<Message<String>>, Error>) {
     let env = Env::start();
     let q = env.rw.queue::<String>("q").unwrap();
     q.offer(&"warm".to_string(), Duration::ZERO).unwrap();
@@ -177,6 +178,13 @@ fn take(cut: Cut) {
         rule.wait_fired(1, HANG),
         "the fault fired: the server ran the take"
     );
+    (env, r)
+}
+
+/// Two messages are ready; a take runs under `cut`. Exactly the message
+/// it returns may have left Redis; with `OutcomeUnknown`, at most one.
+fn take(cut: Cut) {
+    let (env, r) = take_under(cut);
     let gone: BTreeSet<&str> = ["a", "b"]
         .into_iter()
         .filter(|p| ids_with_payload(&env.server, "q", p).is_empty())
@@ -285,3 +293,69 @@ fn requeue_dead(cut: Cut) {
 }
 
 under_every_cut!(requeue_dead_with_a_limit, requeue_dead);
+
+/// Two messages are ready; a take runs under `cut`. A take is resent
+/// after a lost reply and answered from its reply record: it returns the
+/// message its first attempt took (the head), and the other one stays.
+fn take_returns_what_it_took(cut: Cut) {
+    let (env, r) = take_under(cut);
+    let m = r
+        .expect("the resent take is answered")
+        .expect("with the message");
+    assert_eq!(m.payload(), "a", "the message the first attempt took");
+    assert!(ids_with_payload(&env.server, "q", "a").is_empty());
+    assert_eq!(ids_with_payload(&env.server, "q", "b").len(), 1);
+}
+
+under_every_cut!(take_resent_after_a_lost_reply, take_returns_what_it_took);
+
+/// `take.lua` run by hand with one reply record: the request that took a
+/// message gets it again when it runs again, and an attempt of an earlier
+/// request (a lower number) that reaches Redis late takes nothing.
+#[test]
+fn an_old_attempt_of_an_earlier_take_takes_nothing_and_a_resend_takes_nothing_more() {
+    let env = Env::start();
+    let q = env.rw.queue::<String>("q").unwrap();
+    q.offer_batch(&[
+        ("a".to_string(), Duration::ZERO),
+        ("b".to_string(), Duration::ZERO),
+    ])
+    .unwrap();
+    env.wait_ready("q", 2);
+    let take = |seq: &str| {
+        strings(
+            &env.server,
+            &[
+                "EVAL",
+                scripts::TAKE,
+                "6",
+                "redwheel:{q}:ready",
+                "redwheel:{q}:msg",
+                "redwheel:{q}:attempts",
+                "redwheel:{q}:counts",
+                "redwheel:{q}:stale",
+                "redwheel:{q}:reply:test.0",
+                seq,
+                "60000",
+            ],
+        )
+    };
+    let first = take("5");
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert!(first[1].ends_with(":a"), "{first:?}");
+    assert_eq!(take("5"), first, "the same request: the same answer");
+    assert!(
+        take("4").is_empty(),
+        "an earlier request's attempt: nothing"
+    );
+    assert_eq!(
+        ids_with_payload(&env.server, "q", "b").len(),
+        1,
+        "b is still there"
+    );
+    let next = take("6");
+    assert!(
+        next[1].ends_with(":b"),
+        "the next request takes b: {next:?}"
+    );
+}

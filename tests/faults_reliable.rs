@@ -12,7 +12,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use faults_common::{Cut, Env, HANG, ids_with_payload, scripts, sha, string, under_every_cut};
-use redwheel::{ConsumerOptions, ErrorKind, Queue, QueueOptions};
+use redwheel::{
+    ConsumerOptions, Delivery, Error, ErrorKind, Queue, QueueOptions, Redwheel, RedwheelOptions,
+};
+use support::proxy::{Fault, Rule};
 use support::within;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -65,13 +68,10 @@ fn where_is(env: &Env, id: &str) -> Where {
     }
 }
 
-/// One message is ready; `claim` runs under `cut`, waiting longer than
-/// one blocking read may take (so a retry inside `claim` after the fault
-/// would show). If it says it claimed nothing, nothing may be claimed
-/// (hidden from every consumer for the visibility, an attempt counted
-/// towards `max_deliveries`); if it returns a delivery, that is the
-/// claim Redis holds.
-fn claim(cut: Cut) {
+/// One message "m" is ready (the claim script loaded, connections idle);
+/// a `claim` runs under `cut`, and the fault fired (the server ran the
+/// claim). The environment, the message's id and the claim's result.
+fn claim_under(cut: Cut) -> (Env, String, Result<Option<Delivery<String>>, Error>) {
     let env = Env::start();
     let q = queue(&env);
     warm_up(&env, &q);
@@ -82,6 +82,15 @@ fn claim(cut: Cut) {
         rule.wait_fired(1, HANG),
         "the fault fired: the server ran the claim"
     );
+    (env, id, r)
+}
+
+/// One message is ready; `claim` runs under `cut`. If it says it claimed
+/// nothing, nothing may be claimed (hidden from every consumer for the
+/// visibility, an attempt counted towards `max_deliveries`); if it
+/// returns a delivery, that is the claim Redis holds.
+fn claim(cut: Cut) {
+    let (env, id, r) = claim_under(cut);
     let w = where_is(&env, &id);
     match r {
         Ok(Some(d)) => {
@@ -304,3 +313,152 @@ under_every_cut!(
     consumer_acks_with_its_next_claim,
     consumer_ack_with_next_claim
 );
+
+/// One message is ready; a claim runs under `cut`. A claim is resent after
+/// a lost reply and answered from its reply record: it returns the claim
+/// its first attempt made, attempt 1, holding the lease Redis has.
+fn claim_returns_what_it_claimed(cut: Cut) {
+    let (env, id, r) = claim_under(cut);
+    let d = r
+        .expect("the resent claim is answered")
+        .expect("with the claim");
+    let w = where_is(&env, &id);
+    assert_eq!(d.id().as_str(), id);
+    assert_eq!((d.attempt(), w.attempts.as_deref()), (1, Some("1")));
+    assert_eq!(w.lease.as_deref(), Some(d.token()));
+    d.ack().unwrap();
+    assert!(!where_is(&env, &id).stored, "acked with the replayed token");
+}
+
+under_every_cut!(
+    claim_resent_after_a_lost_reply,
+    claim_returns_what_it_claimed
+);
+
+/// `claim.lua` run by hand with one reply record: the request that claimed
+/// a message gets the same claim again (its visibility restarted, its
+/// attempt not counted again), and an attempt of an earlier request that
+/// reaches Redis late claims nothing.
+#[test]
+fn an_old_attempt_of_an_earlier_claim_claims_nothing_and_a_resend_counts_no_attempt() {
+    let env = Env::start();
+    let q = queue(&env);
+    q.offer_batch(&[
+        ("a".to_string(), Duration::ZERO),
+        ("b".to_string(), Duration::ZERO),
+    ])
+    .unwrap();
+    env.wait_ready("q", 2);
+    let claim = |seq: &str, vis: &str| {
+        let resp = env.server.cmd(&[
+            "EVAL",
+            scripts::CLAIM,
+            "9",
+            "redwheel:{q}:ready",
+            "redwheel:{q}:msg",
+            "redwheel:{q}:inflight",
+            "redwheel:{q}:lease",
+            "redwheel:{q}:attempts",
+            "redwheel:{q}:counts",
+            "redwheel:{q}:stale",
+            "redwheel:{q}:reply:test.0",
+            "redwheel:{q}:head",
+            vis,
+            "tok",
+            "1",
+            seq,
+            "60000",
+            "0",
+        ]);
+        // { deadline, refused, acked, id, value, attempt, token }
+        let ints: Vec<i64> = resp
+            .split("\r\n")
+            .filter_map(|l| l.strip_prefix(':'))
+            .map(|n| n.parse().unwrap())
+            .collect();
+        (ints, faults_common::parse_strings(&resp))
+    };
+    let (ints, strs) = claim("5", "60000");
+    assert_eq!(ints[1..], [0, 0, 1], "refused, acked, attempt: {ints:?}");
+    let id = strs[0].clone();
+    assert!(strs[1].ends_with(":a"), "{strs:?}");
+    assert_eq!(strs[2], "tok:1");
+    let first_deadline = ints[0];
+    let (again, again_strs) = claim("5", "3600000");
+    assert_eq!(again_strs, strs, "the same request: the same claim");
+    assert_eq!(again[3], 1, "no attempt counted again: {again:?}");
+    assert!(
+        again[0] > first_deadline,
+        "its visibility restarts from the resend"
+    );
+    let w = where_is(&env, &id);
+    assert_eq!(
+        (w.attempts.as_deref(), w.lease.as_deref()),
+        (Some("1"), Some("tok:1"))
+    );
+    let (old, old_strs) = claim("4", "60000");
+    assert!(
+        old_strs.is_empty() && old[1..] == [0, 0],
+        "an earlier request's attempt: nothing: {old:?}"
+    );
+    assert_eq!(
+        env.server.int(&["LLEN", "redwheel:{q}:ready"]),
+        1,
+        "b is still ready"
+    );
+}
+
+/// A consumer whose claim reply is slow (held back by the proxy) cannot
+/// decode the message; meanwhile its visibility ended and another
+/// consumer claimed it. The late consumer must not park it as a dead
+/// letter: it is the other one's now, and that one's ack must work.
+#[test]
+fn an_undecodable_claim_is_not_parked_once_another_consumer_holds_it() {
+    let env = Env::start();
+    // The slow consumer: `String` payloads, a short visibility, and a
+    // command timeout long enough to wait for its held reply.
+    let slow_rw = Redwheel::connect_with(
+        &env.proxy.url(),
+        RedwheelOptions::default().command_timeout(Duration::from_secs(30)),
+    )
+    .unwrap();
+    let slow = slow_rw
+        .queue_with::<String>(
+            "q",
+            QueueOptions::default().visibility(Duration::from_millis(200)),
+        )
+        .unwrap();
+    // The other consumer: any bytes, straight to the server.
+    let direct = env.direct();
+    let other = direct.queue::<Vec<u8>>("q").unwrap();
+    // Warm up (the claim script is loaded and matched by its SHA).
+    other.offer(&b"warm".to_vec(), Duration::ZERO).unwrap();
+    slow.claim(HANG).unwrap().expect("warm").ack().unwrap();
+    let id = other.offer(&vec![0xff, 0xfe], Duration::ZERO).unwrap();
+    env.wait_ready("q", 1);
+    let held = env.proxy.inject(
+        Rule::new(Fault::Forward)
+            .matching(sha(scripts::CLAIM))
+            .hold()
+            .times(1),
+    );
+    let late = std::thread::spawn(move || slow.claim(HANG));
+    assert!(held.wait_fired(1, HANG), "the slow consumer claimed it");
+    // Its visibility ends; the message is delivered again, to the other.
+    let d = other.claim(HANG).unwrap().expect("delivered again");
+    assert_eq!((d.id(), d.attempt()), (&id, 2));
+    held.release();
+    let e = late
+        .join()
+        .unwrap()
+        .expect_err("the payload does not decode");
+    assert_eq!(e.kind(), ErrorKind::Decode, "{e}");
+    let w = where_is(&env, id.as_str());
+    assert!(
+        w.in_flight && w.lease.as_deref() == Some(d.token()),
+        "the late consumer took the message from the one holding it: {w:?}"
+    );
+    d.ack().expect("the current claim acks");
+    assert!(!where_is(&env, id.as_str()).stored);
+    assert!(other.dead_letters(10).unwrap().is_empty());
+}

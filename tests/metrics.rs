@@ -226,6 +226,41 @@ fn take_counts_deliveries_and_records_their_lateness() {
 }
 
 #[test]
+fn an_ack_of_a_message_already_gone_is_not_counted() {
+    within(HANG, || {
+        let server = RedisServer::start();
+        let rw = connect(&server);
+        let http = endpoint();
+        let q = rw.queue::<String>("m-gone").unwrap();
+        let label = [("queue", "m-gone")];
+        q.offer(&"x".to_string(), Duration::ZERO).unwrap();
+        // The handler removes its own message: the pool's ack, sent with
+        // its next claim, finds it gone. Nothing was acked.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let remover = q.clone();
+        let consumer = q
+            .consume(
+                redwheel::ConsumerOptions::default().concurrency(1),
+                move |d| {
+                    assert!(remover.remove(d.id()).unwrap());
+                    let _ = tx.send(());
+                    Ok::<(), String>(())
+                },
+            )
+            .unwrap();
+        rx.recv_timeout(WAIT).expect("the handler ran");
+        // Shutting down sends the finished handlers' acks first.
+        consumer.shutdown(Duration::from_secs(10)).unwrap();
+        let after = Scrape::of(&http);
+        assert_eq!(
+            after.get("redwheel_messages_acked_total", &label),
+            Some(0.0),
+            "an ack that found its message gone acked nothing"
+        );
+    });
+}
+
+#[test]
 fn backlog_gauges_match_what_stats_returned() {
     within(HANG, || {
         let server = RedisServer::start();
@@ -428,7 +463,17 @@ fn reconnects_after_a_redis_restart_are_counted() {
         server.restart();
         // The driver reconnects at its next round (a guard sweep at the
         // latest), the subscriber as soon as it notices.
-        q.offer(&"after".to_string(), Duration::ZERO).unwrap();
+        // The first offer may meet a pooled connection the restart
+        // closed (`OutcomeUnknown`): offer under an id, as the docs say
+        // to, until it is known to be written.
+        let id = redwheel::MessageId::from("after");
+        loop {
+            match q.offer_with_id(&id, &"after".to_string(), Duration::ZERO) {
+                Ok(_) => break,
+                Err(e) if e.is_transient() => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => panic!("{e}"),
+            }
+        }
         q.poll(WAIT).unwrap().unwrap();
         until("the driver's reconnect", || {
             (rw.driver_stats().reconnects > reconnects).then_some(())
@@ -457,4 +502,52 @@ fn the_endpoint_answers_other_paths_with_404() {
     let http = endpoint();
     let (status, _) = metrics_http::get(http.addr(), "/other").unwrap();
     assert_eq!(status, 404);
+}
+
+#[test]
+fn schedule_firings_count_what_fired_and_what_the_catch_up_skipped_with_their_lateness() {
+    use redwheel::schedule::Schedule;
+    use std::time::UNIX_EPOCH;
+    within(HANG, || {
+        let server = RedisServer::start();
+        let http = endpoint();
+        let label = [("queue", "m-sched")];
+        let before = Scrape::of(&http);
+        // Declared by a process that leaves before the first occurrence:
+        // ten occurrences pass with nobody running.
+        let start = server.time_ms() + 300;
+        let s = Schedule::every(Duration::from_millis(100))
+            .starting_at(UNIX_EPOCH + Duration::from_millis(start))
+            .until(UNIX_EPOCH + Duration::from_millis(start + 900));
+        let early = connect(&server);
+        early
+            .queue::<String>("m-sched")
+            .unwrap()
+            .schedule("s", &s, &"x".to_string())
+            .unwrap();
+        early.shutdown(Duration::from_secs(5)).unwrap();
+        while server.time_ms() < start + 1_000 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // A process comes back: the default catch-up fires the latest.
+        let rw = connect(&server);
+        let q = rw.queue::<String>("m-sched").unwrap();
+        let m = q.poll(WAIT).unwrap().expect("the latest occurrence");
+        assert_eq!(m.id().as_str(), format!("sched:s:{}", start + 900));
+        let after = scrape_when(
+            &http,
+            &before,
+            "redwheel_schedule_occurrences_fired_total",
+            &label,
+            1.0,
+        );
+        let moved = |name| delta(&before, &after, name, &label);
+        assert_eq!(moved("redwheel_schedule_occurrences_skipped_total"), 9.0);
+        assert_eq!(
+            moved("redwheel_schedule_firing_lateness_seconds_count"),
+            1.0
+        );
+        // Late by at least the 100 ms it waited after the last occurrence.
+        assert!(moved("redwheel_schedule_firing_lateness_seconds_sum") >= 0.1);
+    });
 }

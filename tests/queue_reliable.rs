@@ -275,6 +275,21 @@ fn remove_works_on_claimed_and_dead_messages() {
 }
 
 #[test]
+fn stats_ready_counts_messages_not_the_entries_removed_ones_left() {
+    let (server, rw) = setup();
+    let q = rw.queue::<String>("stats-stale").unwrap();
+    let gone = q.offer(&"gone".to_string(), Duration::ZERO).unwrap();
+    q.offer(&"kept".to_string(), Duration::ZERO).unwrap();
+    until_ready(&server, "stats-stale", 2);
+    // Removed once due: its entry stays in the ready list until a
+    // consumer skips it, but the message is gone.
+    assert!(q.remove(&gone).unwrap());
+    let s = q.stats().unwrap();
+    assert_eq!((s.delayed, s.ready, s.in_flight, s.dead), (0, 1, 0, 0));
+    assert_eq!(s.ready, q.len().unwrap());
+}
+
+#[test]
 fn stats_count_every_state_and_the_oldest_overdue() {
     let (_server, rw) = setup();
     let q = rw.queue::<String>("stats").unwrap();
@@ -506,15 +521,24 @@ fn invalid_consumer_and_queue_options_are_rejected() {
 }
 
 /// Waits (bounded by `within`) until `q` holds `n` entries in `ready`.
-fn until_ready<T: redwheel::queue::Codec>(q: &redwheel::Queue<T>, n: u64) {
-    while q.stats().unwrap().ready < n {
+/// Waits until the ready list of queue `name` holds `n` entries (read
+/// from the server: `stats().ready` counts messages, not the entries a
+/// removed message left behind).
+fn until_ready(server: &RedisServer, name: &str, n: i64) {
+    let key = format!("redwheel:{{{name}}}:ready");
+    let give_up = std::time::Instant::now() + HANG;
+    while server.int(&["LLEN", &key]) < n {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "hang guard: {n} ready in {name}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
 
 #[test]
 fn an_id_offered_again_after_its_removal_from_ready_is_not_delivered_early() {
-    let (_server, rw) = setup();
+    let (server, rw) = setup();
     let id = MessageId::from("re-offered");
     for (queue, by_claim) in [("again-claim", true), ("again-take", false)] {
         let q = rw.queue::<String>(queue).unwrap();
@@ -522,10 +546,7 @@ fn an_id_offered_again_after_its_removal_from_ready_is_not_delivered_early() {
             q.offer_with_id(&id, &"first".into(), Duration::ZERO)
                 .unwrap()
         );
-        within(HANG, {
-            let q = q.clone();
-            move || until_ready(&q, 1)
-        });
+        until_ready(&server, queue, 1);
         // Removed while its id waits in `ready`, then offered again for
         // an hour from now: the old entry must not deliver the new one.
         assert!(q.remove(&id).unwrap());
@@ -546,7 +567,7 @@ fn an_id_offered_again_after_its_removal_from_ready_is_not_delivered_early() {
 
 #[test]
 fn an_id_offered_again_after_its_removal_from_ready_is_claimed_once() {
-    let (_server, rw) = setup();
+    let (server, rw) = setup();
     let q = rw
         .queue_with::<String>("again-once", short(60_000))
         .unwrap();
@@ -555,20 +576,16 @@ fn an_id_offered_again_after_its_removal_from_ready_is_claimed_once() {
         q.offer_with_id(&id, &"first".into(), Duration::ZERO)
             .unwrap()
     );
-    within(HANG, {
-        let q = q.clone();
-        move || until_ready(&q, 1)
-    });
+    until_ready(&server, "again-once", 1);
     assert!(q.remove(&id).unwrap());
     assert!(
         q.offer_with_id(&id, &"second".into(), Duration::ZERO)
             .unwrap()
     );
-    // The stale entry and the new one both sit in `ready` now.
-    within(HANG, {
-        let q = q.clone();
-        move || until_ready(&q, 2)
-    });
+    // The stale entry and the new one both sit in `ready` now; the
+    // removed message is not counted.
+    until_ready(&server, "again-once", 2);
+    assert_eq!(q.stats().unwrap().ready, 1);
     let d = q.claim(WAIT).unwrap().expect("the message offered again");
     assert_eq!(
         (d.id(), d.payload().as_str(), d.attempt()),

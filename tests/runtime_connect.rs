@@ -153,6 +153,19 @@ fn exercise(rw: &Redwheel) {
     c.lift_limit(Limit::RateLimit).unwrap();
     assert_eq!(c.stats().unwrap().ready, 0);
     c.clear().unwrap();
+    // Recurring schedules: declare, fire, list, pause, resume, remove.
+    let s = rw.queue::<String>("acl-schedules").unwrap();
+    let every = redwheel::schedule::Schedule::every(Duration::from_millis(20));
+    s.schedule("tick", &every, &"t".to_string()).unwrap();
+    within(HANG, {
+        let s = s.clone();
+        move || s.take().unwrap()
+    });
+    assert_eq!(s.schedules().unwrap().len(), 1);
+    assert_eq!(rw.inspect_schedules("acl-schedules").unwrap().len(), 1);
+    assert!(s.pause_schedule("tick").unwrap());
+    assert!(s.resume_schedule("tick").unwrap());
+    assert!(s.unschedule("tick").unwrap());
 }
 
 #[test]

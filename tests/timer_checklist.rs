@@ -12,7 +12,7 @@
 use std::fs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -40,26 +40,6 @@ fn threads_named(name: &str) -> usize {
             .count()
     };
     (0..5).map(|_| scan()).max().unwrap_or(0)
-}
-
-fn subscriber_into(buf: &LogBuf) -> impl tracing::Subscriber + Send + Sync + 'static {
-    let buf = buf.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || buf.clone())
-        .with_ansi(false)
-        .finish()
-}
-
-/// The process-wide log, for events logged on worker threads. Installed once;
-/// tests share it, so they look for text only they produce.
-fn global_log() -> &'static LogBuf {
-    static LOG: OnceLock<LogBuf> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let buf = LogBuf::default();
-        tracing::subscriber::set_global_default(subscriber_into(&buf))
-            .expect("nothing else sets the global subscriber");
-        buf
-    })
 }
 
 fn is_invalid(result: &Result<HashedWheelTimer, TimerError>, arg: &str) -> bool {
@@ -998,7 +978,7 @@ fn cancelled_timeout_stops_counting_by_the_next_tick_boundary() -> TestResult {
 }
 
 // HWT-P02, for timeouts cancelled before the worker took them from their
-// inbox: one among the last pushed there is taken out by `cancel` itself,
+// ring: one among the last pushed there is taken out by `cancel` itself,
 // one pushed longer ago goes through the cancelled list; both stay counted
 // until the next tick boundary, never run, and have their task dropped by
 // `cancel`.
@@ -1033,7 +1013,7 @@ fn timeouts_cancelled_while_queued_count_out_at_the_next_tick_boundary() -> Test
 }
 
 // HWT-P02 again, with the cancellations made by another thread while the
-// producer keeps scheduling into the same inbox: every cancelled timeout is
+// producer keeps scheduling into the same ring: every cancelled timeout is
 // counted out at the next tick boundary, never runs and has its task
 // dropped; the others all run.
 #[test]
@@ -1182,5 +1162,28 @@ fn tick_lag_is_how_late_the_latest_tick_was_processed() -> TestResult {
     clock.advance(ms(25));
     assert_eq!(get(&ran), 2);
     assert_eq!(timer.tick_lag(), ms(20));
+    Ok(())
+}
+
+// HWT-W10 (1) at the source, on the real clock: a deadline is never earlier
+// than the timer's clock read before `new_timeout` plus the delay (so no
+// deadline is computed early, whatever the time-stamp counter does: the
+// deadline reads `Instant` itself). Compares clock readings only.
+#[test]
+fn a_deadline_on_the_system_clock_is_never_before_the_clock_read_before_the_call() -> TestResult {
+    let timer = HashedWheelTimer::builder().tick_duration(ms(1)).build()?;
+    let delay = Duration::from_secs(3600);
+    for i in 0..20_000u32 {
+        let before = timer.now();
+        let t = timer.new_timeout(delay, |_| {})?;
+        assert!(
+            t.deadline() >= before + delay,
+            "call {i}: deadline {:?} is before {:?} + {delay:?}",
+            t.deadline(),
+            before
+        );
+        t.cancel();
+    }
+    timer.stop()?;
     Ok(())
 }

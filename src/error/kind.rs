@@ -66,7 +66,9 @@ pub enum ErrorKind {
     /// The write reached the master, but fewer replicas than
     /// `QueueOptions::wait_replicas` asked for confirmed it in time: a
     /// failover now could lose it. Transient; retry with an id of your own
-    /// ([`Queue::offer_with_id`](crate::Queue::offer_with_id)).
+    /// ([`Queue::offer_with_id`](crate::Queue::offer_with_id)). For a lock
+    /// with [`Lock::wait_replicas`](crate::Lock::wait_replicas): the grant
+    /// was refused and the lock released; try again.
     NotReplicated,
     /// The queue holds `QueueOptions::max_len` messages already (delayed,
     /// ready or in flight: [`Queue::len`]): the offer wrote nothing. Not

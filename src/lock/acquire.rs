@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::ctx::thread_seq;
 use super::guard::LockGuard;
 use super::handle::Lock;
-use super::hold::{ACQUIRING, HELD, Hold};
+use super::hold::{ACQUIRING, HELD, Hold, RenewalGroup};
 use super::lease::now_ns;
 use super::lost::LostCause;
 use super::registry::LockRegistry;
@@ -110,6 +110,10 @@ impl Lock {
         let st = self.valid_state()?;
         let reg = self.registry()?;
         let rt = self.rt();
+        if let Some(w) = &self.wait_replicas {
+            w.check("wait_replicas", rt.options.command_timeout)
+                .map_err(|e| self.wrap(e, "cannot take the lock"))?;
+        }
         let deadline = wait.map(|w| Instant::now().checked_add(w).unwrap_or_else(far_future));
         let counters = &reg.ctx.counters;
         st.waiters.enter(counters);
@@ -173,10 +177,68 @@ impl Lock {
         lease: Duration,
         watchdog: bool,
     ) -> Result<AcquireOutcome, Error> {
-        let rt = self.rt();
         let tid = thread_seq();
         let current = st.current_hold(tid);
-        let owner = reg.ctx.owner();
+        let attempt = self.begin_attempt(st, reg, lease, watchdog, tid, reg.ctx.owner(), current);
+        let span = telemetry::lock_op("lock_acquire", &st.name);
+        // With `wait_replicas`, a fresh grant is followed by `WAIT` on the
+        // same connection; its answer (or failure) is kept apart, so the
+        // grant is known either way and can be released.
+        let mut acked: Option<redis::RedisResult<i64>> = None;
+        let reply: Result<Vec<i64>, Error> = self.rt().run(&st.keys.lock, Access::Write, |con| {
+            let mut inv = scripts::LOCK_ACQUIRE.prepare_invoke();
+            inv.key(&st.keys.lock).key(&st.keys.fence);
+            for a in attempt.args() {
+                inv.arg(a);
+            }
+            let r: Vec<i64> = inv.invoke(con)?;
+            acked = match (&self.wait_replicas, r.as_slice()) {
+                (Some(w), [1, _, 1]) => Some(w.wait(con)),
+                _ => None,
+            };
+            Ok(r)
+        });
+        drop(span);
+        let guard = match self.finish_attempt(st, reg, attempt, reply)? {
+            Granted::Hold(hold) => LockGuard {
+                lock: self.clone(),
+                hold,
+                watchdog,
+                tid,
+                released: false,
+                _not_send: PhantomData,
+            },
+            Granted::Busy(ttl) => return Ok(AcquireOutcome::Busy(ttl)),
+        };
+        if let (Some(w), Some(acked)) = (&self.wait_replicas, acked) {
+            let token = guard.hold.token();
+            if let Err(e) = w.confirmed_reply(acked, &format!("granted (fencing token {token})")) {
+                // Refused: not handed out, and released at once.
+                if let Err(unlock) = guard.unlock() {
+                    tracing::warn!(target: "redwheel::lock", lock = %self.name, error = %unlock, "could not release a grant its replicas did not confirm; it lapses at the end of its lease");
+                }
+                return Err(self.wrap(e, "the grant was refused and the lock released"));
+            }
+        }
+        Ok(AcquireOutcome::Granted(guard))
+    }
+
+    /// Prepares one acquire script for holder `tid` (a thread, or an async
+    /// acquisition) as `owner`, re-entering `current` if given: the hold
+    /// joins its renewal group first, so a renewal covers the lock from
+    /// the moment it is granted. Shared with the async acquire.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn begin_attempt(
+        &self,
+        st: &Arc<LockState>,
+        reg: &Arc<LockRegistry>,
+        lease: Duration,
+        watchdog: bool,
+        tid: u64,
+        owner: String,
+        current: Option<Arc<Hold>>,
+    ) -> Attempt {
+        let rt = self.rt();
         let hold = match &current {
             Some(h) => Arc::clone(h),
             None => {
@@ -204,19 +266,41 @@ impl Lock {
             .counters
             .acquire_attempts
             .fetch_add(1, Ordering::Relaxed);
-        let sent = now_ns();
-        let span = telemetry::lock_op("lock_acquire", &st.name);
-        let reply: Result<Vec<i64>, Error> = self.rt().run(&st.keys.lock, Access::Write, |con| {
-            scripts::LOCK_ACQUIRE
-                .key(&st.keys.lock)
-                .key(&st.keys.fence)
-                .arg(&owner)
-                .arg(lease.as_millis() as u64)
-                .arg(token_arg)
-                .arg(new_count)
-                .invoke(con)
-        });
-        drop(span);
+        Attempt {
+            hold,
+            current,
+            joined,
+            owner,
+            lease,
+            watchdog,
+            tid,
+            token_arg,
+            new_count,
+            sent: now_ns(),
+        }
+    }
+
+    /// Reads one acquire script's reply (shared with the async acquire).
+    pub(super) fn finish_attempt(
+        &self,
+        st: &Arc<LockState>,
+        reg: &Arc<LockRegistry>,
+        mut attempt: Attempt,
+        reply: Result<Vec<i64>, Error>,
+    ) -> Result<Granted, Error> {
+        let rt = self.rt();
+        let joined = attempt.joined.take();
+        let Attempt {
+            ref hold,
+            ref current,
+            ref owner,
+            lease,
+            watchdog,
+            tid,
+            new_count,
+            sent,
+            ..
+        } = attempt;
         let undo_join = |hold: &Hold| {
             if let Some(g) = &joined {
                 g.leave(hold);
@@ -225,7 +309,7 @@ impl Lock {
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
-                undo_join(&hold);
+                undo_join(hold);
                 return Err(self.wrap(e, "could not acquire"));
             }
         };
@@ -233,14 +317,14 @@ impl Lock {
             [1, token, fresh] => {
                 let token = *token as u64;
                 let guard_hold = if *fresh == 1 {
-                    if let Some(old) = &current {
+                    if let Some(old) = current {
                         // The hold we meant to re-enter was gone.
                         undo_join(old);
                         old.lose(LostCause::Gone);
                     }
                     let h = if current.is_some() {
                         let h = Arc::new(st.new_hold(
-                            owner,
+                            owner.clone(),
                             self.on_lost.clone(),
                             Arc::clone(&reg.ctx),
                         ));
@@ -252,7 +336,7 @@ impl Lock {
                         }
                         h
                     } else {
-                        hold
+                        Arc::clone(hold)
                     };
                     h.token.store(token, Ordering::Release);
                     h.count.store(1, Ordering::Release);
@@ -269,7 +353,7 @@ impl Lock {
                 } else {
                     hold.count.store(new_count, Ordering::Release);
                     hold.confirmed(sent, lease);
-                    hold
+                    Arc::clone(hold)
                 };
                 if watchdog {
                     guard_hold.watchdog.fetch_add(1, Ordering::AcqRel);
@@ -284,27 +368,20 @@ impl Lock {
                 }
                 reg.ctx.counters.acquired.fetch_add(1, Ordering::Relaxed);
                 reg.ctx.metrics.acquired.add(1);
-                Ok(AcquireOutcome::Granted(LockGuard {
-                    lock: self.clone(),
-                    hold: guard_hold,
-                    watchdog,
-                    tid,
-                    released: false,
-                    _not_send: PhantomData,
-                }))
+                Ok(Granted::Hold(guard_hold))
             }
             [0, pttl] => {
-                undo_join(&hold);
-                if let Some(old) = &current {
+                undo_join(hold);
+                if let Some(old) = current {
                     // We believed we held it; someone else does.
                     old.lose(LostCause::Gone);
                 }
-                Ok(AcquireOutcome::Busy(
+                Ok(Granted::Busy(
                     u64::try_from(*pttl).ok().map(Duration::from_millis),
                 ))
             }
             other => {
-                undo_join(&hold);
+                undo_join(hold);
                 Err(self.error(
                     ErrorKind::Protocol,
                     &format!("unexpected reply to lock_acquire.lua: {other:?}"),
@@ -312,6 +389,50 @@ impl Lock {
             }
         }
     }
+}
+
+/// One acquire script on its way: the hold it is for, and what the reply
+/// changes. Dropped unread (an async acquire whose future was dropped),
+/// it leaves the renewal group it joined.
+pub(super) struct Attempt {
+    pub(super) hold: Arc<Hold>,
+    current: Option<Arc<Hold>>,
+    joined: Option<Arc<RenewalGroup>>,
+    pub(super) owner: String,
+    lease: Duration,
+    watchdog: bool,
+    tid: u64,
+    token_arg: u64,
+    new_count: u32,
+    sent: u64,
+}
+
+impl Attempt {
+    /// `lock_acquire.lua`'s ARGV (KEYS: the lock, its fence).
+    pub(super) fn args(&self) -> [String; 4] {
+        [
+            self.owner.clone(),
+            (self.lease.as_millis() as u64).to_string(),
+            self.token_arg.to_string(),
+            self.new_count.to_string(),
+        ]
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let Some(g) = self.joined.take() {
+            g.leave(&self.hold);
+        }
+    }
+}
+
+/// What one acquire script granted.
+pub(super) enum Granted {
+    /// The hold (fresh, or the re-entered one).
+    Hold(Arc<Hold>),
+    /// Held by another owner for this much longer (`None`: no TTL).
+    Busy(Option<Duration>),
 }
 
 fn far_future() -> Instant {

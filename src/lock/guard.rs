@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::handle::Lock;
 use super::hold::{HELD, Hold, LOST, RELEASED};
+use super::keys::Keys;
 use super::state::LockState;
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::{Backoff, Runtime};
@@ -48,8 +49,11 @@ impl LockGuard {
 
     /// The fencing token of this acquisition: strictly greater than every
     /// earlier acquisition's of the same lock name (a re-entry shares its
-    /// hold's token). Give it to the store you write to, so it can reject
-    /// writes from a holder whose lease was lost.
+    /// hold's token); across a restart without persistence or a failover,
+    /// as the [module docs](crate::lock) say, which
+    /// [`Lock::wait_replicas`](crate::Lock::wait_replicas) makes hold
+    /// without relying on clocks. Give it to the store you write to, so it
+    /// can reject writes from a holder whose lease was lost.
     ///
     /// ```no_run
     /// use redwheel::Redwheel;
@@ -105,29 +109,13 @@ impl LockGuard {
         if std::mem::replace(&mut self.released, true) {
             return Ok(());
         }
-        let hold = &self.hold;
         let lock = &self.lock;
         let st = match &lock.state {
             Some(s) => s,
             None => return Ok(()),
         };
-        let left = hold.count.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
-        if self.watchdog
-            && hold.watchdog.fetch_sub(1, Ordering::AcqRel) == 1
-            && let Some(g) = hold.group.get().and_then(Weak::upgrade)
-        {
-            // Renewal stops before the release is sent.
-            g.leave(hold);
-        }
-        let was_lost = hold.check_lost();
-        if left == 0 {
-            let _ =
-                hold.state
-                    .compare_exchange(HELD, RELEASED, Ordering::AcqRel, Ordering::Acquire);
-            st.forget(self.tid, hold);
-        }
+        let r = begin_release(st, &self.hold, self.watchdog, self.tid);
         let rt = lock.rt();
-        let token = hold.token();
         let started = Instant::now();
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
         // Sent on connections of our own choosing (not `Pool::run`, which
@@ -135,7 +123,7 @@ impl LockGuard {
         // attempt may have been applied when a later one finds the hold gone.
         let mut maybe_applied = false;
         let reply = loop {
-            let r = send_release(rt, st, hold, token, left);
+            let r = send_release(rt, st, &self.hold, r.token, r.left);
             match r {
                 Err(e) if e.is_transient() && started.elapsed() < rt.options.command_timeout => {
                     maybe_applied |= e.is_outcome_unknown();
@@ -144,43 +132,98 @@ impl LockGuard {
                 other => break other,
             }
         };
-        let lost_error = || {
-            lock.error(
-                ErrorKind::LockLost,
-                &format!(
-                    "the lease of fencing token {token} was lost before the unlock; work done under it may have overlapped with another holder"
-                ),
-            )
-        };
-        match reply {
-            Ok(0) => {
-                st.waiters.released(token);
-                if was_lost { Err(lost_error()) } else { Ok(()) }
-            }
-            Ok(n) if n > 0 => {
-                if was_lost {
-                    Err(lost_error())
-                } else {
-                    Ok(())
-                }
-            }
-            Ok(_) if maybe_applied && !was_lost => {
-                // An earlier attempt whose reply was lost released it.
-                if left == 0 {
-                    st.waiters.released(token);
-                }
+        release_outcome(lock, st, &self.hold, &r, reply, maybe_applied)
+    }
+}
+
+/// An unlock under way: the count left, the token, and whether the hold
+/// was lost before it.
+pub(super) struct Releasing {
+    pub(super) left: u32,
+    pub(super) token: u64,
+    was_lost: bool,
+}
+
+/// The local half of an unlock of `hold` by holder `tid` (shared with the
+/// async unlock): one guard fewer; the last watchdog guard leaves the
+/// renewal group (before the release is sent); the last guard marks the
+/// hold released.
+pub(super) fn begin_release(
+    st: &LockState,
+    hold: &Arc<Hold>,
+    watchdog: bool,
+    tid: u64,
+) -> Releasing {
+    let left = hold.count.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
+    if watchdog
+        && hold.watchdog.fetch_sub(1, Ordering::AcqRel) == 1
+        && let Some(g) = hold.group.get().and_then(Weak::upgrade)
+    {
+        // Renewal stops before the release is sent.
+        g.leave(hold);
+    }
+    let was_lost = hold.check_lost();
+    if left == 0 {
+        let _ = hold
+            .state
+            .compare_exchange(HELD, RELEASED, Ordering::AcqRel, Ordering::Acquire);
+        st.forget(tid, hold);
+    }
+    Releasing {
+        left,
+        token: hold.token(),
+        was_lost,
+    }
+}
+
+/// What the release script's `reply` means for the unlock `r` (shared
+/// with the async unlock); `maybe_applied`: an earlier attempt of it may
+/// have been applied.
+pub(super) fn release_outcome(
+    lock: &Lock,
+    st: &LockState,
+    hold: &Hold,
+    r: &Releasing,
+    reply: Result<i64, Error>,
+    maybe_applied: bool,
+) -> Result<(), Error> {
+    let (token, left, was_lost) = (r.token, r.left, r.was_lost);
+    let lost_error = || {
+        lock.error(
+            ErrorKind::LockLost,
+            &format!(
+                "the lease of fencing token {token} was lost before the unlock; work done under it may have overlapped with another holder"
+            ),
+        )
+    };
+    match reply {
+        Ok(0) => {
+            st.waiters.released(token);
+            if was_lost { Err(lost_error()) } else { Ok(()) }
+        }
+        Ok(n) if n > 0 => {
+            if was_lost {
+                Err(lost_error())
+            } else {
                 Ok(())
             }
-            Ok(_) => {
-                hold.lose_at_unlock();
-                Err(lost_error())
-            }
-            Err(e) if was_lost => Err(lost_error().with_cause(e)),
-            Err(e) => Err(lock.wrap(
-                e,
-                "could not unlock; the lock lapses at the end of its lease",
-            )),
         }
+        Ok(_) if maybe_applied && !was_lost => {
+            // An earlier attempt whose reply was lost released it.
+            if left == 0 {
+                st.waiters.released(token);
+            }
+            Ok(())
+        }
+        Ok(_) => {
+            hold.lose_at_unlock();
+            Err(lost_error())
+        }
+        Err(e) if was_lost => Err(lost_error().with_cause(e)),
+        Err(e) => Err(lock.wrap(
+            e,
+            "could not unlock; the lock lapses at the end of its lease",
+        )),
     }
 }
 
@@ -196,14 +239,18 @@ fn send_release(
 ) -> Result<i64, Error> {
     let _span = telemetry::lock_op("lock_release", &st.name);
     rt.run_once(&st.keys.lock, Access::Write, |con| {
-        scripts::LOCK_RELEASE
-            .key(&st.keys.lock)
-            .key(&st.keys.channel)
-            .arg(&hold.owner)
-            .arg(token)
-            .arg(left)
-            .invoke(con)
+        let mut inv = scripts::LOCK_RELEASE.prepare_invoke();
+        for k in release_keys(&st.keys) {
+            inv.key(k);
+        }
+        inv.arg(&hold.owner).arg(token).arg(left).invoke(con)
     })
+}
+
+/// `lock_release.lua`'s keys, in its order (ARGV: owner, token, count
+/// left).
+pub(super) fn release_keys(keys: &Keys) -> [&str; 2] {
+    [&keys.lock, &keys.channel]
 }
 
 impl Drop for LockGuard {

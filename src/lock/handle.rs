@@ -14,7 +14,7 @@ use super::lost::{LeaseLost, LostCause};
 use super::registry::{LockRegistry, LockStats};
 use super::state::LockState;
 use crate::error::{Access, Error, ErrorKind};
-use crate::runtime::{Redwheel, Runtime, shut_down};
+use crate::runtime::{Redwheel, Runtime, WaitReplicas, shut_down};
 use crate::scripts;
 use crate::telemetry;
 
@@ -38,6 +38,7 @@ impl Redwheel {
             state,
             lease: DEFAULT_WATCHDOG_LEASE,
             on_lost: None,
+            wait_replicas: None,
         }
     }
 
@@ -60,6 +61,7 @@ pub struct Lock {
     pub(super) state: Option<Arc<LockState>>,
     pub(super) lease: Duration,
     pub(super) on_lost: Option<OnLost>,
+    pub(super) wait_replicas: Option<WaitReplicas>,
 }
 
 impl fmt::Debug for Lock {
@@ -67,6 +69,7 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.name)
             .field("watchdog_lease", &self.lease)
+            .field("wait_replicas", &self.wait_replicas)
             .finish_non_exhaustive()
     }
 }
@@ -86,6 +89,52 @@ impl Lock {
     /// hold's first watchdog acquisition.
     pub fn watchdog_lease(mut self, lease: Duration) -> Lock {
         self.lease = lease;
+        self
+    }
+
+    /// Fencing that survives a failover without relying on clocks: each
+    /// acquisition (not a re-entry) through this handle is returned only
+    /// once Redis confirms (`WAIT replicas timeout`, on the connection that
+    /// ran the grant) that `replicas` replicas of the lock's master hold the
+    /// grant: the lock itself and its fencing counter. When fewer confirm in
+    /// time, the grant is refused: the lock is released and the attempt
+    /// fails with [`ErrorKind::NotReplicated`] (transient: [`lock`] tries
+    /// again, [`try_lock`] until its wait is over).
+    ///
+    /// With it, a failover that promotes one of the replicas that
+    /// confirmed (with `replicas` equal to the number of replicas, any
+    /// replica that was in sync) keeps both the lock and its counter: no
+    /// second owner gets the lock from the failover alone, and every later
+    /// token is greater than this one whatever the two hosts' clocks say.
+    /// Without it, see the module docs: tokens then stay increasing across
+    /// a failover only through the server clocks. Renewals are not waited
+    /// for: a failover can shorten the lease left by up to one renewal
+    /// period (lease / 3), which `is_lost` reports late, and the token
+    /// still fences. A lock cannot be granted while fewer than `replicas`
+    /// replicas are connected (right after a failover, until the old master
+    /// is back as a replica).
+    ///
+    /// `timeout` is 1 ms ..= 60 s and must leave room within
+    /// [`command_timeout`](crate::RedwheelOptions::command_timeout);
+    /// otherwise (or with 0 replicas) taking the lock fails with
+    /// [`ErrorKind::InvalidOption`]. The ACL user needs `+wait`.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect_cluster(&["redis://10.0.0.1:7000"])?;
+    /// let lock = rw.lock("ledger").wait_replicas(1, Duration::from_millis(500));
+    /// let guard = lock.lock()?;   // the grant is on a replica too
+    /// let token = guard.fencing_token();
+    /// # let _ = token;
+    /// # Ok::<(), redwheel::Error>(())
+    /// ```
+    ///
+    /// [`lock`]: Lock::lock
+    /// [`try_lock`]: Lock::try_lock
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Lock {
+        self.wait_replicas = Some(WaitReplicas { replicas, timeout });
         self
     }
 

@@ -24,7 +24,10 @@
 //! hold count, and the current fencing token; its TTL is the lease. It is
 //! **reentrant per (instance, thread)**: a thread that holds it may lock it
 //! again, and it is released when every guard is gone. A [`LockGuard`] is
-//! therefore not `Send`: it belongs to the thread that locked.
+//! therefore not `Send`: it belongs to the thread that locked. With the
+//! `async` feature, `Lock::lock_async` gives an `AsyncLockGuard`, which is
+//! `Send` (a task may hold it across `.await` on any worker thread): each
+//! async acquisition is an owner of its own, so it is not reentrant.
 //!
 //! Beside it, `redwheel:lock:{L}:fence` keeps the last fencing token handed
 //! out, and `redwheel:lock:{L}:unlock` is the channel releases are
@@ -42,9 +45,11 @@
 //! its renewal group before the acquire script is sent and leaves it before
 //! the release script is sent, so a renewal neither misses a fresh lock nor
 //! outlives an unlock; the renew script checks owner and token, so it never
-//! extends a lock that changed hands. A renewal that fails (Redis down, an
-//! error reply) is retried at once with backoff for as long as the lease
-//! may last. The wheel thread only marks work due, and the driver runs
+//! extends a lock that changed hands. Each lock's renewal counts on its
+//! own: on a cluster, a master that does not answer holds up no renewal of
+//! a lock on another master. A renewal that fails (Redis down, an error
+//! reply) is retried at once with backoff for as long as the lease may
+//! last. The wheel thread only marks work due, and the driver runs
 //! due work on its own if the wheel is held up, so neither a slow task nor
 //! a busy application delays renewals.
 //!
@@ -66,19 +71,43 @@
 //!
 //! # Fencing tokens, failover and what a lock cannot promise
 //!
-//! Every acquisition (not a re-entry) gets a token strictly greater than
-//! every earlier one for the same name, from the script that grants it:
-//! `max(last + 1, server TIME in µs)`. The counter key never expires, and
-//! the time term keeps tokens increasing even when the counter is lost (a
-//! Redis restart without persistence, a failover to a replica that missed
-//! the last writes), as long as the server clocks do not step back.
+//! Every acquisition (not a re-entry) gets its token from the script that
+//! grants it: `max(last + 1, server TIME in µs)`, where `last` is the
+//! counter `redwheel:lock:{L}:fence`, which never expires. Exactly:
+//!
+//! * **On one master that keeps its data** (no restart, or a restart with
+//!   the append-only file), tokens of one name strictly increase, whatever
+//!   the clocks do: the counter does it.
+//! * **After the counter was lost** (a restart without persistence) or
+//!   **after a failover to a replica that had not received the last grants**
+//!   (replication is asynchronous), the next token is greater than every
+//!   earlier one only through the time term: only if the clock of the host
+//!   that grants it reads later, in µs, than the last token handed out
+//!   before (when that token came from the old host's clock: if the new
+//!   host's clock is behind the old one's by less than the time from the
+//!   last grant there to the first grant here).
+//!   Clocks that step back, or a new master whose clock is behind by more
+//!   than the failover took, can hand out a token that is not greater.
+//! * **With [`Lock::wait_replicas`]**`(n, timeout)`, an acquisition is
+//!   returned only once `WAIT` confirms that `n` replicas hold the grant
+//!   (the lock and the counter); otherwise it is refused and the lock
+//!   released ([`ErrorKind::NotReplicated`]). Then a failover that promotes
+//!   one of those replicas (with `n` equal to the number of replicas: any
+//!   replica that was in sync) keeps the counter, so tokens strictly
+//!   increase across it without relying on any clock, and keeps the lock
+//!   held, so the failover alone lets no second owner in. It does not
+//!   cover a promoted replica that had not confirmed (`n` below the number
+//!   of replicas), nor a replica that confirmed and then restarted without
+//!   persistence. Renewals are not waited for, so a failover can shorten
+//!   the lease left by up to one renewal period.
 //!
 //! A lease is a promise about time, and it can break: a holder paused
 //! (GC, a stopped VM, swap) for longer than the lease wakes believing it
 //! holds a lock that has lapsed; a Redis restart without persistence, or a
 //! failover to a replica that had not yet received the acquisition
-//! (replication is asynchronous), lets a second owner acquire while the
-//! first still believes it holds. No client-side scheme closes these gaps
+//! (replication is asynchronous; `wait_replicas` narrows this one to the
+//! cases listed above), lets a second owner acquire while the first still
+//! believes it holds. No client-side scheme closes these gaps
 //! (the Redlock debate and Redisson's documentation agree on that); what
 //! does is the **store** checking the fencing token: write the token with
 //! each change, and reject a change whose token is lower than the last one
@@ -98,11 +127,16 @@
 //! lock is not fair: a woken waiter races with newcomers.
 //!
 //! [`ErrorKind::LockLost`]: crate::ErrorKind::LockLost
+//! [`ErrorKind::NotReplicated`]: crate::ErrorKind::NotReplicated
 //! [`Redwheel`]: crate::Redwheel
 
 mod acquire;
+#[cfg(feature = "async")]
+mod acquire_async;
 mod ctx;
 mod guard;
+#[cfg(feature = "async")]
+mod guard_async;
 mod handle;
 mod hold;
 pub mod inspect;
@@ -115,6 +149,9 @@ mod state;
 mod waiters;
 
 pub use self::guard::LockGuard;
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use self::guard_async::AsyncLockGuard;
 pub use self::handle::Lock;
 pub use self::keys::MAX_NAME_LEN;
 pub use self::lease::{DEFAULT_WATCHDOG_LEASE, MAX_LEASE, MIN_WATCHDOG_LEASE};

@@ -16,6 +16,10 @@ use super::ctx::Counters;
 pub(crate) struct Waiters {
     st: Mutex<WaitState>,
     cv: Condvar,
+    /// Async acquisitions waiting (feature `async`): each release wakes
+    /// one of them too.
+    #[cfg(feature = "async")]
+    pub(crate) futures: std::sync::Arc<crate::runtime::WaitList>,
 }
 
 #[derive(Default)]
@@ -34,6 +38,8 @@ impl Waiters {
         Waiters {
             st: Mutex::new(WaitState::default()),
             cv: Condvar::new(),
+            #[cfg(feature = "async")]
+            futures: Default::default(),
         }
     }
 
@@ -90,6 +96,8 @@ impl Waiters {
             }
             st.seen.push_back(token);
         }
+        #[cfg(feature = "async")]
+        self.futures.wake(1);
         if st.waiting > st.permits {
             st.permits += 1;
             self.cv.notify_one();
@@ -99,6 +107,8 @@ impl Waiters {
     /// Every waiter tries again (a subscription just took effect: any
     /// unlock before it was missed).
     pub(crate) fn wake_all(&self) {
+        #[cfg(feature = "async")]
+        self.futures.wake_all();
         let mut st = self.st.lock();
         st.permits = st.waiting;
         self.cv.notify_all();

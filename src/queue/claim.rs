@@ -1,24 +1,39 @@
 //! At-least-once consumption, the claiming side: [`Queue::claim`] and
 //! [`Queue::claim_batch`] (claim.lua, which can carry the acks of finished
 //! claims in the same call), and the reading of its reply into
-//! deliveries.
+//! deliveries. Every claim call is a request (`queue/request.rs`): one whose
+//! reply was lost is sent again and answered with what the lost one did,
+//! so no message is claimed for nobody and no attempt is counted twice.
 
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use super::codec::Codec;
+use super::codec::{Codec, CodecError};
 use super::delivery::Delivery;
 use super::handle::Queue;
+use super::keys::Keys;
 use super::message::MessageId;
-use super::pop::call_prefix;
+use super::pop::Unresolved;
+use super::request::Request;
 use super::stored::parse_stored;
 use crate::error::{Access, Error, ErrorKind};
+use crate::runtime::Backoff;
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 use crate::telemetry;
 
-/// Claimed deliveries (or the decode errors of messages moved to the dead
-/// letters), and how many acks sent along were refused.
-pub(crate) type Claims<T> = (Vec<Result<Delivery<T>, Error>>, u64);
+/// What one claim call did: the deliveries (or the decode errors of
+/// messages moved to the dead letters), and of the acks sent along, how
+/// many were refused (their claim was no longer current) and how many
+/// deleted their message (the rest found it gone already).
+pub(crate) struct Claims<T> {
+    pub(crate) deliveries: Vec<Result<Delivery<T>, Error>>,
+    pub(crate) refused: u64,
+    pub(crate) acked: u64,
+}
+
+/// The shortest time one attempt of an ack-and-claim call waits for its
+/// reply before it is sent again (see [`Queue::claim_acking`]).
+const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 
 impl<T: Codec> Queue<T> {
     /// Waits up to `wait` for a due message and claims it: at-least-once
@@ -102,13 +117,19 @@ impl<T: Codec> Queue<T> {
         n: usize,
         wait: Duration,
     ) -> Result<Vec<Result<Delivery<T>, Error>>, Error> {
-        Ok(self.claim_acking(&[], n, wait)?.0)
+        Ok(self.claim_acking(&[], n, wait)?.deliveries)
     }
 
     /// Acks `acks` (id, token pairs of finished claims) and claims up to `n`
     /// in the same script call (one round trip when a message is ready),
-    /// then waits up to `wait` if none was. Returns the claims and how many
-    /// of the acks were refused (their claim was no longer current).
+    /// then waits up to `wait` if none was.
+    ///
+    /// The call with acks goes through the command pool; each attempt
+    /// waits for its reply at most a third of the visibility (at least
+    /// 100 ms, at most `command_timeout`), so that a reply that is late or
+    /// lost is asked for again while the claims it made are still
+    /// current, and the answer (from the reply record) restarts their
+    /// visibility.
     pub(crate) fn claim_acking(
         &self,
         acks: &[(String, String)],
@@ -116,35 +137,21 @@ impl<T: Codec> Queue<T> {
         wait: Duration,
     ) -> Result<Claims<T>, Error> {
         let keys = &self.state.keys;
-        let key_list = [
-            keys.ready.as_str(),
-            keys.msg.as_str(),
-            keys.inflight.as_str(),
-            keys.lease.as_str(),
-            keys.attempts.as_str(),
-            keys.counts.as_str(),
-            keys.stale.as_str(),
-            keys.controls.as_str(),
-            keys.prioritized.as_str(),
-            keys.priority.as_str(),
-            keys.expires.as_str(),
-            keys.rate.as_str(),
-            keys.dead.as_str(),
-            keys.reason.as_str(),
-            keys.wake.as_str(),
-        ];
-        let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
-        let prefix = call_prefix();
-        let vis = visibility_ms.to_string();
+        let mut req = Request::new(keys);
+        let record = req.key.clone();
+        let key_list = claim_keys(keys, &record);
+        let vis = self.claim_visibility();
         let count = n.to_string();
-        let mut refused_acks = 0;
+        let (mut refused, mut acked) = (0, 0);
         if !acks.is_empty() {
             // Ack and try a claim at once: no wait on this first call.
             let ack_count = acks.len().to_string();
             let mut args: Vec<&[u8]> = vec![
                 vis.as_bytes(),
-                prefix.as_bytes(),
+                req.token.as_bytes(),
                 count.as_bytes(),
+                req.seq_arg.as_bytes(),
+                req.ttl_arg.as_bytes(),
                 ack_count.as_bytes(),
             ];
             for (id, token) in acks {
@@ -152,51 +159,115 @@ impl<T: Codec> Queue<T> {
                 args.push(token.as_bytes());
             }
             let span = telemetry::queue_op("claim", &self.state.name, n + acks.len());
-            let reply: redis::Value = self
-                .rt()
-                .run(&keys.ready, Access::Write, |con| {
-                    let mut inv = scripts::CLAIM.prepare_invoke();
-                    for k in key_list {
-                        inv.key(k);
-                    }
-                    for a in &args {
-                        inv.arg(*a);
-                    }
-                    inv.invoke(con)
-                })
-                .map_err(|e| self.tag(e))?;
+            let reply = self.claim_resending(&key_list, &args)?;
             drop(span);
             self.count_expired(&reply);
-            let (claims, refused) = self.read_claims(reply)?;
-            refused_acks = refused;
-            self.state
-                .metrics
-                .acked
-                .add((acks.len() as u64).saturating_sub(refused));
+            let got = self.read_claims(reply)?;
+            self.state.metrics.acked.add(got.acked);
             // In-flight slots freed: a claim of this process held back by
             // max_in_flight looks again.
             self.state.gate.slot_freed();
-            if !claims.is_empty() || wait.is_zero() {
-                return Ok((claims, refused_acks));
+            if !got.deliveries.is_empty() || wait.is_zero() {
+                return Ok(got);
             }
+            (refused, acked) = (got.refused, got.acked);
+            req.next();
         }
         let popped = self.wait_pop(
             Instant::now().checked_add(wait),
             ("claim", n),
             &scripts::CLAIM,
             &key_list,
-            &[vis.as_bytes(), prefix.as_bytes(), count.as_bytes(), b"0"],
-            4,
+            &claim_args(&vis, &req, &count),
+            5,
         )?;
-        match popped {
-            Some(reply) => Ok((self.read_claims(reply)?.0, refused_acks)),
-            None => Ok((Vec::new(), refused_acks)),
+        let deliveries = match popped {
+            Some(reply) => self.read_claims(reply)?.deliveries,
+            None => Vec::new(),
+        };
+        Ok(Claims {
+            deliveries,
+            refused,
+            acked,
+        })
+    }
+
+    /// Runs claim.lua with `args` on the command pool until Redis answers:
+    /// an attempt whose reply was lost (or late) is sent again, and the
+    /// answer is what it did. Fails with [`ErrorKind::OutcomeUnknown`] at
+    /// shutdown or when Redis cannot be asked for five minutes, with
+    /// another error when nothing was sent.
+    fn claim_resending(&self, keys: &[&str], args: &[&[u8]]) -> Result<redis::Value, Error> {
+        let rt = self.rt();
+        let full = rt.options.command_timeout;
+        let attempt = (self.visibility / 3).clamp(MIN_ATTEMPT, full.max(MIN_ATTEMPT));
+        let mut unresolved = Unresolved::default();
+        let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+        loop {
+            let r = rt.run(&self.state.keys.ready, Access::Write, |con| {
+                let shortened = attempt < full;
+                if shortened {
+                    con.set_io_timeout(attempt)?;
+                }
+                let mut inv = scripts::CLAIM.prepare_invoke();
+                for k in keys {
+                    inv.key(*k);
+                }
+                for a in args {
+                    inv.arg(*a);
+                }
+                let v: redis::Value = inv.invoke(con)?;
+                if shortened {
+                    con.set_io_timeout(full)?;
+                }
+                Ok(v)
+            });
+            let e = match r {
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_outcome_unknown() => {
+                    unresolved.lost();
+                    e
+                }
+                Err(e) if e.is_transient() && unresolved.pending() => e,
+                Err(e) if unresolved.pending() => {
+                    return Err(self.tag(unresolved.outcome_unknown("claim", Some(e))));
+                }
+                Err(e) => return Err(self.tag(e)),
+            };
+            if rt.is_shut_down() || unresolved.too_old() {
+                return Err(self.tag(unresolved.outcome_unknown("claim", Some(e))));
+            }
+            tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "claim: the reply was lost; asking again");
+            rt.topology_may_have_changed();
+            std::thread::sleep(backoff.step());
         }
     }
 
+    /// `claim.lua`'s visibility argument (ms).
+    pub(super) fn claim_visibility(&self) -> String {
+        let visibility_ms = self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        visibility_ms.to_string()
+    }
+
     /// Reads claim.lua's reply: the deliveries (or the decode errors of
-    /// the messages moved to the dead letters) and the refused acks.
+    /// the messages moved to the dead letters) and the counts of the acks.
     fn read_claims(&self, reply: redis::Value) -> Result<Claims<T>, Error> {
+        let raw = self.read_claims_raw(reply)?;
+        let deliveries = raw
+            .deliveries
+            .into_iter()
+            .map(|c| c.map_err(|u| self.dead_on_arrival(&u.id, &u.stored, Some(&u.token), u.cause)))
+            .collect();
+        Ok(Claims {
+            deliveries,
+            refused: raw.refused,
+            acked: raw.acked,
+        })
+    }
+
+    /// Reads claim.lua's reply, leaving undecodable messages for the
+    /// caller to park (shared with the async claim).
+    pub(super) fn read_claims_raw(&self, reply: redis::Value) -> Result<RawClaims<T>, Error> {
         let protocol = |what: &str| {
             self.tag(Error::new(
                 ErrorKind::Protocol,
@@ -220,6 +291,10 @@ impl<T: Codec> Queue<T> {
             .next()
             .and_then(|v| redis::from_redis_value(v).ok())
             .ok_or_else(|| protocol("no count of refused acks"))?;
+        let acked: u64 = items
+            .next()
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .ok_or_else(|| protocol("no count of acks"))?;
         let mut out = Vec::new();
         while let Some(id) = items.next() {
             let (Some(value), Some(attempt), Some(token)) =
@@ -242,8 +317,15 @@ impl<T: Codec> Queue<T> {
                     attempt,
                     token,
                     visible_until_ms: AtomicU64::new(deadline),
+                    #[cfg(feature = "async")]
+                    held: None,
                 })),
-                Err(cause) => out.push(Err(self.dead_on_arrival(&id, &stored, cause))),
+                Err(cause) => out.push(Err(Undecodable {
+                    id,
+                    stored,
+                    token,
+                    cause,
+                })),
             }
         }
         let rt = self.rt();
@@ -259,6 +341,62 @@ impl<T: Codec> Queue<T> {
             // sweep).
             self.announce_deadline(self.visibility);
         }
-        Ok((out, refused))
+        Ok(RawClaims {
+            deliveries: out,
+            refused,
+            acked,
+        })
     }
+}
+
+/// As [`Claims`], with the undecodable messages not yet parked.
+pub(crate) struct RawClaims<T> {
+    pub(crate) deliveries: Vec<Result<Delivery<T>, Undecodable>>,
+    pub(crate) refused: u64,
+    pub(crate) acked: u64,
+}
+
+/// A claimed message whose payload did not decode.
+pub(crate) struct Undecodable {
+    pub(crate) id: String,
+    pub(crate) stored: Vec<u8>,
+    pub(crate) token: String,
+    pub(crate) cause: CodecError,
+}
+
+/// `claim.lua`'s ARGV for a claim of `count` with no acks: visibility (ms),
+/// the request's token prefix, the count, the request number, the record's
+/// TTL, no acks.
+pub(super) fn claim_args<'a>(vis: &'a str, req: &'a Request, count: &'a str) -> [&'a [u8]; 6] {
+    [
+        vis.as_bytes(),
+        req.token.as_bytes(),
+        count.as_bytes(),
+        req.seq_arg.as_bytes(),
+        req.ttl_arg.as_bytes(),
+        b"0",
+    ]
+}
+
+/// `claim.lua`'s keys, in its order, with the request's reply record.
+pub(super) fn claim_keys<'a>(keys: &'a Keys, record: &'a str) -> [&'a str; 17] {
+    [
+        &keys.ready,
+        &keys.msg,
+        &keys.inflight,
+        &keys.lease,
+        &keys.attempts,
+        &keys.counts,
+        &keys.stale,
+        record,
+        &keys.head,
+        &keys.controls,
+        &keys.prioritized,
+        &keys.priority,
+        &keys.expires,
+        &keys.rate,
+        &keys.dead,
+        &keys.reason,
+        &keys.wake,
+    ]
 }

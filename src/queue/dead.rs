@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::codec::{Codec, CodecError};
 use super::handle::Queue;
+use super::keys::Keys;
 use super::message::MessageId;
 use super::stored::{parse_stored, split_stored};
 use crate::error::{Access, Error, ErrorKind};
@@ -176,13 +177,38 @@ impl<T: Codec> Queue<T> {
     }
 
     /// A message whose stored value does not decode: kept as a dead letter
-    /// (with the reason), and the error naming it.
-    pub(crate) fn dead_on_arrival(&self, id: &str, stored: &[u8], cause: CodecError) -> Error {
-        let parked = self.park(id, stored, &cause.to_string());
-        let what = if parked {
-            "could not decode a message; it is kept as a dead letter"
-        } else {
-            "could not decode a message, and parking it as a dead letter failed"
+    /// (with the reason), and the error naming it. `token`: the claim that
+    /// handed it out (`None` after a take).
+    pub(crate) fn dead_on_arrival(
+        &self,
+        id: &str,
+        stored: &[u8],
+        token: Option<&str>,
+        cause: CodecError,
+    ) -> Error {
+        let parked = self.park(id, stored, token, &cause.to_string());
+        self.decode_failed(id, token, parked, cause)
+    }
+
+    /// The error of a message that did not decode, and what became of it
+    /// (shared with the async consumers, which park it through the
+    /// multiplexed connection).
+    pub(crate) fn decode_failed(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        parked: Parked,
+        cause: CodecError,
+    ) -> Error {
+        let what = match parked {
+            Parked::Yes => "could not decode a message; it is kept as a dead letter",
+            Parked::NotOurs if token.is_some() => {
+                "could not decode a message; it was not parked: this claim of it is no longer current"
+            }
+            Parked::NotOurs => {
+                "could not decode a message; it was not parked: its id was offered again meanwhile"
+            }
+            Parked::Failed => "could not decode a message, and parking it as a dead letter failed",
         };
         self.tag(
             Error::new(ErrorKind::Decode, what)
@@ -191,24 +217,29 @@ impl<T: Codec> Queue<T> {
         )
     }
 
-    /// Puts an undecodable message in the dead letters; true if it was.
-    fn park(&self, id: &str, value: &[u8], reason: &str) -> bool {
+    /// Puts an undecodable message in the dead letters, if it is still
+    /// this claim's (`token`) or, after a take, its id is still free.
+    fn park(&self, id: &str, value: &[u8], token: Option<&str>, reason: &str) -> Parked {
         let keys = &self.state.keys;
         let _span = telemetry::queue_op("park", &self.state.name, 1);
         let parked = self.rt().run(&keys.msg, Access::Write, |con| {
-            scripts::PARK
-                .key(&keys.msg)
-                .key(&keys.dead)
-                .key(&keys.reason)
-                .key(&keys.inflight)
-                .key(&keys.lease)
-                .arg(id)
-                .arg(value)
-                .arg(format!("could not decode: {reason}"))
-                .invoke::<i64>(con)
+            let mut inv = scripts::PARK.prepare_invoke();
+            for k in park_keys(keys) {
+                inv.key(k);
+            }
+            for a in park_args(id, value, token, reason) {
+                inv.arg(a);
+            }
+            inv.invoke::<i64>(con)
         });
+        self.parked(id, parked)
+    }
+
+    /// What `park.lua`'s reply (or its failure) means, logged (shared with
+    /// the async consumers).
+    pub(crate) fn parked(&self, id: &str, parked: Result<i64, Error>) -> Parked {
         match parked {
-            Ok(_) => {
+            Ok(1) => {
                 self.state.metrics.dead_lettered.add(1);
                 tracing::warn!(
                     target: "redwheel::queue",
@@ -216,7 +247,16 @@ impl<T: Codec> Queue<T> {
                     id,
                     "a message could not be decoded; parked as a dead letter"
                 );
-                true
+                Parked::Yes
+            }
+            Ok(_) => {
+                tracing::warn!(
+                    target: "redwheel::queue",
+                    queue = %self.state.name,
+                    id,
+                    "a message could not be decoded; not parked: it is no longer this consumer's"
+                );
+                Parked::NotOurs
             }
             Err(e) => {
                 tracing::error!(
@@ -224,10 +264,43 @@ impl<T: Codec> Queue<T> {
                     queue = %self.state.name,
                     id,
                     error = %e,
-                    "a message could not be decoded, and parking it failed: it is lost"
+                    "a message could not be decoded, and parking it failed (after a take it is lost; a claim of it comes back when its visibility ends)"
                 );
-                false
+                Parked::Failed
             }
         }
     }
+}
+
+/// `park.lua`'s keys, in its order.
+pub(crate) fn park_keys(keys: &Keys) -> [&str; 5] {
+    [
+        &keys.msg,
+        &keys.dead,
+        &keys.reason,
+        &keys.inflight,
+        &keys.lease,
+    ]
+}
+
+/// `park.lua`'s ARGV: the id, its stored value, why, the claim's token
+/// (`''` after a take).
+pub(crate) fn park_args(id: &str, value: &[u8], token: Option<&str>, reason: &str) -> [Vec<u8>; 4] {
+    [
+        id.as_bytes().to_vec(),
+        value.to_vec(),
+        format!("could not decode: {reason}").into_bytes(),
+        token.unwrap_or("").as_bytes().to_vec(),
+    ]
+}
+
+/// What became of an undecodable message.
+pub(crate) enum Parked {
+    /// It is a dead letter now.
+    Yes,
+    /// Not ours to park: another claim holds it, or (after a take) its id
+    /// was offered again.
+    NotOurs,
+    /// Redis failed.
+    Failed,
 }

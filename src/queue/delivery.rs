@@ -38,6 +38,10 @@ pub struct Delivery<T> {
     pub(super) token: String,
     /// The visibility deadline, epoch ms on the server's clock.
     pub(super) visible_until_ms: AtomicU64,
+    /// Held by a stream of deliveries, which extends it until it is acked,
+    /// nacked or dropped (feature `async`).
+    #[cfg(feature = "async")]
+    pub(super) held: Option<super::consumer::running::Held>,
 }
 
 impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
@@ -134,19 +138,22 @@ impl<T: Codec> Delivery<T> {
             .queue
             .rt()
             .run(&keys.inflight, Access::Write, |con| {
-                scripts::ACK
-                    .key(&keys.inflight)
-                    .key(&keys.lease)
-                    .key(&keys.msg)
-                    .key(&keys.attempts)
-                    .key(&keys.priority)
-                    .key(&keys.controls)
-                    .key(&keys.wake)
-                    .arg(self.id.as_str())
-                    .arg(&self.token)
-                    .invoke(con)
+                let mut inv = scripts::ACK.prepare_invoke();
+                for k in ack_keys(keys) {
+                    inv.key(k);
+                }
+                inv.arg(self.id.as_str()).arg(&self.token).invoke(con)
             })
             .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?;
+        self.acked(n)
+    }
+
+    /// Reads `ack.lua`'s reply (shared with the async ack).
+    pub(super) fn acked(&self, n: i64) -> Result<(), Error> {
+        #[cfg(feature = "async")]
+        if let Some(h) = &self.held {
+            h.done();
+        }
         if n < 0 {
             return Err(self.stale_delivery("ack"));
         }
@@ -167,12 +174,12 @@ impl<T: Codec> Delivery<T> {
     }
 
     pub(crate) fn nack_because(&self, retry_delay: Duration, why: &str) -> Result<Nacked, Error> {
-        let delay_ms = u64::try_from(retry_delay.as_millis()).unwrap_or(u64::MAX);
-        let delay_ms = delay_ms.min(self.queue.delay_limit());
-        self.queue
+        let delay_ms = self.nack_delay_ms(retry_delay);
+        let nacked = self
+            .queue
             .nack_claim(self.id.as_str(), &self.token, delay_ms, why)
-            .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?
-            .ok_or_else(|| self.stale_delivery("nack"))
+            .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?;
+        self.nacked(nacked)
     }
 
     /// Still working on it: no other consumer gets it for `visibility` from
@@ -197,21 +204,27 @@ impl<T: Codec> Delivery<T> {
     /// ```
     pub fn extend(&self, visibility: Duration) -> Result<(), Error> {
         let keys = &self.queue.state.keys;
-        let ms = visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        let ms = extend_ms(visibility);
         let _span = telemetry::queue_op("extend", &self.queue.state.name, 1);
         let deadline: i64 = self
             .queue
             .rt()
             .run(&keys.inflight, Access::Write, |con| {
-                scripts::EXTEND
-                    .key(&keys.inflight)
-                    .key(&keys.lease)
-                    .arg(self.id.as_str())
+                let mut inv = scripts::EXTEND.prepare_invoke();
+                for k in extend_keys(keys) {
+                    inv.key(k);
+                }
+                inv.arg(self.id.as_str())
                     .arg(&self.token)
                     .arg(ms)
                     .invoke(con)
             })
             .map_err(|e| self.queue.tag(e).for_message(self.id.as_str()))?;
+        self.extended(deadline, visibility)
+    }
+
+    /// Reads `extend.lua`'s reply (shared with the async extend).
+    pub(super) fn extended(&self, deadline: i64, visibility: Duration) -> Result<(), Error> {
         if deadline < 0 {
             return Err(self.stale_delivery("extend"));
         }
@@ -219,6 +232,21 @@ impl<T: Codec> Delivery<T> {
             .store(deadline as u64, Ordering::Relaxed);
         self.queue.announce_deadline(visibility);
         Ok(())
+    }
+
+    /// `nack`'s delay in ms, within the due-time limit.
+    pub(super) fn nack_delay_ms(&self, retry_delay: Duration) -> u64 {
+        let delay_ms = u64::try_from(retry_delay.as_millis()).unwrap_or(u64::MAX);
+        delay_ms.min(self.queue.delay_limit())
+    }
+
+    /// A `nack.lua` reply for this delivery (`None`: stale).
+    pub(super) fn nacked(&self, nacked: Option<Nacked>) -> Result<Nacked, Error> {
+        #[cfg(feature = "async")]
+        if let Some(h) = &self.held {
+            h.done();
+        }
+        nacked.ok_or_else(|| self.stale_delivery("nack"))
     }
 }
 
@@ -255,9 +283,32 @@ impl<T: Codec> Queue<T> {
     }
 }
 
+/// `ack.lua`'s keys, in its order (ARGV: id, token).
+pub(super) fn ack_keys(keys: &Keys) -> [&str; 7] {
+    [
+        &keys.inflight,
+        &keys.lease,
+        &keys.msg,
+        &keys.attempts,
+        &keys.priority,
+        &keys.controls,
+        &keys.wake,
+    ]
+}
+
+/// `extend.lua`'s keys, in its order (ARGV: id, token, visibility ms).
+pub(crate) fn extend_keys(keys: &Keys) -> [&str; 3] {
+    [&keys.inflight, &keys.lease, &keys.head]
+}
+
+/// `extend.lua`'s visibility argument: whole ms, 1 ..= u32::MAX.
+pub(super) fn extend_ms(visibility: Duration) -> u64 {
+    visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64
+}
+
 /// `nack.lua`'s keys, in its order (ARGV: id, token, delay ms,
 /// max_deliveries, why). Every sender of the script takes them from here.
-pub(crate) fn nack_keys(keys: &Keys) -> [&str; 9] {
+pub(crate) fn nack_keys(keys: &Keys) -> [&str; 10] {
     [
         &keys.inflight,
         &keys.lease,
@@ -267,6 +318,7 @@ pub(crate) fn nack_keys(keys: &Keys) -> [&str; 9] {
         &keys.dead,
         &keys.reason,
         &keys.wake,
+        &keys.head,
         &keys.controls,
     ]
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::codec::Codec;
+use super::job::QueueJob;
 use super::keys::{MAX_ID_LEN, validate_name};
 use super::limits::{option_fields, write_controls};
 use super::message::MessageId;
@@ -146,7 +147,8 @@ impl Redwheel {
     }
 }
 
-/// Registers a new queue's transfer job and wake channel.
+/// Registers a new queue's driver job (its transfer and its schedules'
+/// firing) and wake channel.
 fn open_transfer(rt: &Arc<Runtime>, state: &Arc<QueueState>, options: &QueueOptions) {
     let weak: Weak<Runtime> = Arc::downgrade(rt);
     let key = state.job_key.clone();
@@ -176,9 +178,15 @@ fn open_transfer(rt: &Arc<Runtime>, state: &Arc<QueueState>, options: &QueueOpti
             }
         }
     };
+    let job = QueueJob::new(
+        &state.name,
+        &state.keys,
+        Arc::clone(&state.transfer),
+        Arc::downgrade(rt),
+    );
     rt.driver.register(
         &state.job_key,
-        Arc::clone(&state.transfer) as Arc<dyn crate::runtime::Job>,
+        Arc::new(job) as Arc<dyn crate::runtime::Job>,
         Deadline::Now,
         Some(options.guard_interval),
     );

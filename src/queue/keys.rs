@@ -53,6 +53,22 @@ pub(crate) struct Keys {
     /// `redwheel:{N}:throttle:`, followed by a dedup key: a STRING that
     /// lives for a throttle window after an offer under that key.
     throttle_prefix: String,
+    /// `redwheel:{N}:reply:`, the start of the reply records of take and
+    /// claim requests (`queue/request.rs`).
+    reply_prefix: String,
+    /// HASH: `due`, a lower bound of every score in `delayed` and
+    /// `inflight` (`lua/head.lua`); `schedules`, the schedules' version and
+    /// earliest next occurrence (`lua/schedule_lib.lua`). The guard
+    /// sweep's probe reads both.
+    pub head: String,
+    /// The queue's recurring schedules (`lua/schedule_lib.lua` says what
+    /// each holds): definitions, payloads, next occurrences, last fired,
+    /// changes by version.
+    pub schedules: String,
+    pub schedules_payload: String,
+    pub schedules_next: String,
+    pub schedules_last: String,
+    pub schedules_changes: String,
 }
 
 impl Keys {
@@ -77,6 +93,13 @@ impl Keys {
             dedup: k("dedup"),
             rate: k("rate"),
             throttle_prefix: k("throttle:"),
+            reply_prefix: k("reply:"),
+            head: k("head"),
+            schedules: k("schedules"),
+            schedules_payload: k("schedules:payload"),
+            schedules_next: k("schedules:next"),
+            schedules_last: k("schedules:last"),
+            schedules_changes: k("schedules:changes"),
         }
     }
 
@@ -86,6 +109,12 @@ impl Keys {
         s.push_str(&self.throttle_prefix);
         s.push_str(key);
         s
+    }
+
+    /// The reply record of request slot `slot` of process `process`
+    /// (HASH, with a TTL): `redwheel:{N}:reply:<process>.<slot>`.
+    pub(crate) fn reply(&self, process: &str, slot: u64) -> String {
+        format!("{}{process}.{slot}", self.reply_prefix)
     }
 }
 
@@ -113,5 +142,6 @@ mod tests {
         assert_eq!(k.wake, "redwheel:{orders}:wake");
         assert_eq!(k.controls, "redwheel:{orders}:controls");
         assert_eq!(k.throttle("a:b"), "redwheel:{orders}:throttle:a:b");
+        assert_eq!(k.reply("p", 7), "redwheel:{orders}:reply:p.7");
     }
 }

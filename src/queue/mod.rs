@@ -8,12 +8,16 @@
 //!
 //! # Redis layout (queue `N`)
 //!
-//! The keys `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`,
-//! `:lease`, `:attempts`, `:dead`, `:reason`, `:counts`, `:stale`, the
-//! controls' `:controls`, `:prioritized`, `:priority`, `:expires`,
-//! `:dedup`, `:rate` and `:throttle:<key>`, and the `:wake` channel, all
-//! under the hash tag `{N}`, so every script of a
-//! queue touches one cluster slot. What each holds and which scripts write
+//! Keys `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`, `:lease`,
+//! `:attempts`, `:dead`, `:reason`, `:counts`, `:stale`, `:head` and the
+//! `:wake` channel; the controls' `:controls`, `:prioritized`,
+//! `:priority`, `:expires`, `:dedup`, `:rate` and `:throttle:<key>`; five
+//! more for recurring schedules (`:schedules`, `:schedules:payload`,
+//! `:schedules:next`, `:schedules:last`, `:schedules:changes`), and the
+//! short-lived reply records of take and claim calls
+//! (`:reply:<process>.<slot>`), all under the hash tag `{N}`, so every
+//! script of a queue touches one cluster slot. What each holds and which
+//! scripts write
 //! it is in the one table of the repository's `ARCHITECTURE.md` ("Redis
 //! keys and scripts").
 //!
@@ -28,34 +32,95 @@
 //! # What each operation guarantees
 //!
 //! * **Offer**: when `offer` returns `Ok`, the message is in Redis (as
-//!   durable as the server's persistence settings make it). When it
-//!   returns [`ErrorKind::Unavailable`], nothing was written. When it
-//!   returns [`ErrorKind::OutcomeUnknown`] (Redis stopped answering after
-//!   the command was sent), the message may or may not be there: retry
-//!   with [`Queue::offer_with_id`], which writes an id at most once while
-//!   it is known, or, to rule out a second message after a fast consumer
-//!   took the first, with [`Queue::offer_with`] and [`Dedup::Throttle`].
+//!   durable as the server's persistence settings make it), written by this
+//!   call. When it returns [`ErrorKind::Unavailable`], nothing was written.
+//!   When it returns [`ErrorKind::OutcomeUnknown`] (the connection was lost,
+//!   or Redis stopped answering, after the command was sent), the message
+//!   may or may not be there: retry with [`Queue::offer_with_id`], which
+//!   writes an id at most once while it is known, or, to rule out a second
+//!   message after a fast consumer took the first, with
+//!   [`Queue::offer_with`] and [`Dedup::Throttle`]. An offer is never sent
+//!   twice behind the caller's back.
 //! * **Delivery**: never early by the Redis server clock (a message moves
 //!   to the ready list only once `due <= TIME`), in due order within a
 //!   priority (higher priorities first), exactly once to the ready list
-//!   however many processes transfer the queue; never after its ttl.
+//!   however many processes transfer the queue; messages one process
+//!   offers with equal due times and priority, in offer order; never after
+//!   its ttl.
 //! * **Controls** (pause, rate limit, max in flight, max length) are kept
 //!   in Redis and applied by the scripts in the same atomic step as the
 //!   hand-out or the offer, for every process; see [`QueueOptions`],
 //!   [`OfferOptions`], [`Queue::pause`].
 //! * **Take** is **at-most-once**: a message is deleted from Redis by the
-//!   same script that hands it to a consumer, so a consumer that dies (or
-//!   loses its connection) from then on loses it. Nothing is lost before
-//!   that point: a consumer blocks on the ready list without popping.
+//!   same script that hands it to a consumer, so a consumer that dies from
+//!   then on loses it. Nothing is lost before that point (a consumer blocks
+//!   on the ready list without popping), nor with a lost reply: the script
+//!   records what it handed out, and the take is sent again and answered
+//!   with that message (claims likewise: `claim`, `consume`).
+//! * **Faults**: every write either did its work exactly once and says so,
+//!   or did not and says so, or returns [`ErrorKind::OutcomeUnknown`]; the
+//!   repository's README has the table of what each call does when its
+//!   connection drops before the command, after it ran, mid-reply, or
+//!   when the reply is late.
+//! * **Futures** (feature `async`): `offer_async`, `take_async`,
+//!   `claim_async`, `ack_async`… give what their synchronous twins give, on
+//!   the same scripts, and never lose a message when dropped (see the
+//!   README's "Async" for each operation).
 //! * **Latency**: each [`Redwheel`] keeps one wheel timeout per queue at the
 //!   head's due time, replaced only by an earlier head announced on the wake
 //!   channel; a guard sweep (default every second) covers a lost wake-up or
-//!   a dead process.
+//!   a dead process. The sweep reads one small key per queue (a lower
+//!   bound of its due times and deadlines, kept by every script that adds
+//!   one) and runs the transfer only when that is due.
+//!
+//!
+//! # Recurring schedules
+//!
+//! [`Queue::schedule`]`(name, &schedule, &payload)` puts a
+//! [`Schedule`](crate::schedule::Schedule) (a cron expression in a time
+//! zone, or a fixed period) on the queue: each of its occurrences becomes
+//! one message of the queue carrying `payload`, due at the occurrence,
+//! consumed like any other (take, claim, consume), with the id
+//! `sched:<name>:<occurrence in epoch ms>`.
+//!
+//! * **Exactly once per occurrence.** Every process that has the queue
+//!   open fires its schedules (one driver job per queue, armed at the
+//!   earliest next occurrence); an occurrence is offered by the one script
+//!   call that also moves its schedule's stored next occurrence past it,
+//!   and only from the value that call's plan was made from. So any number
+//!   of processes, a retry after [`ErrorKind::OutcomeUnknown`], a process
+//!   killed at any instant, or a Redis restart with `appendfsync always`
+//!   never offers an occurrence twice, and each occurrence is offered as
+//!   soon as one process runs. (A Redis failover can replay the last
+//!   firing a replica had not received, as it can any write.)
+//! * **Server time.** Occurrences are judged by the Redis server's `TIME`;
+//!   a process's clock estimate only arms its wheel, and a firing planned
+//!   early is refused by the script.
+//! * **Downtime.** Occurrences that passed while no process ran are
+//!   settled by the schedule's [`CatchUp`](crate::schedule::CatchUp)
+//!   policy when a process comes back: by default
+//!   [`Latest`](crate::schedule::CatchUp::Latest), the most recent one
+//!   fires once and the others are skipped (see `CatchUp` for why).
+//! * **Changes.** Declaring the same schedule and payload again changes
+//!   nothing, so every process may declare its schedules at start-up; a
+//!   different definition or payload replaces them, and the new definition
+//!   goes on from that call (or from an occurrence the old one still owed:
+//!   nothing owed is dropped). [`Queue::pause_schedule`] stops it (what falls
+//!   while paused is not owed), [`Queue::resume_schedule`] restarts it,
+//!   [`Queue::unschedule`] deletes it; its occurrences already offered
+//!   stay. [`Queue::schedules`] lists them with their next occurrence and
+//!   last one fired; `Redwheel::inspect_schedules` does the same without
+//!   opening the queue.
+//! * **Latency.** An occurrence is offered and moved to the ready list in
+//!   one round trip of the driver, at the occurrence (within the wheel's
+//!   1 ms tick), however many schedules fall due at once.
 //!
 //! [`ErrorKind::Unavailable`]: crate::ErrorKind::Unavailable
 //! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown
 //! [`Redwheel`]: crate::Redwheel
 
+#[cfg(feature = "async")]
+mod asynk;
 mod claim;
 mod codec;
 mod consumer;
@@ -66,6 +131,7 @@ mod gate;
 mod handle;
 mod ids;
 pub mod inspect;
+mod job;
 mod keys;
 mod limits;
 mod message;
@@ -74,6 +140,8 @@ mod offer_with;
 mod options;
 mod pop;
 mod remove;
+mod request;
+mod schedules;
 mod state;
 mod stats;
 mod stored;
@@ -87,6 +155,9 @@ use crate::error::Error;
 pub use self::codec::Json;
 pub use self::codec::{Codec, CodecError};
 pub use self::consumer::Consumer;
+#[cfg(feature = "async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub use self::consumer::Deliveries;
 pub use self::dead::DeadLetter;
 pub use self::delivery::{Delivery, Nacked};
 pub use self::handle::{Queue, TransferStats};
@@ -95,7 +166,13 @@ pub use self::limits::{Limit, QueueLimits};
 pub use self::message::{Message, MessageId};
 pub use self::offer_with::{Dedup, MAX_PRIORITY, OfferOptions, Offered};
 pub use self::options::{ConsumerOptions, QueueOptions};
+pub use self::schedules::MAX_SCHEDULE_NAME_LEN;
 pub use self::stats::QueueStats;
+// For the dashboard's reads of many queues in one round trip per master.
+#[cfg(feature = "web")]
+pub(crate) use self::keys::Keys;
+#[cfg(feature = "web")]
+pub(crate) use self::stats::{decode_stats, pipe_stats};
 
 /// Checks a queue name as [`Redwheel::queue`] does, without Redis: non-empty,
 /// at most [`MAX_NAME_LEN`] bytes, no `{` or `}` (they delimit the hash

@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use super::codec::Codec;
 use super::handle::{Queue, check_id, epoch_ms};
-use super::ids::new_message_id;
+use super::ids::{self, new_message_id, new_message_ids};
+use super::keys::Keys;
 use super::message::MessageId;
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::Conn;
@@ -25,19 +26,22 @@ impl<T: Codec> Queue<T> {
     /// [`ErrorKind::DelayOverflow`], [`ErrorKind::QueueFull`] (the queue
     /// holds `max_len` messages; nothing is written),
     /// [`ErrorKind::Unavailable`] when Redis cannot be reached (nothing is
-    /// written), or [`ErrorKind::OutcomeUnknown`] when Redis stopped
-    /// answering after the offer was sent (it may have been written; retry
-    /// with [`offer_with_id`](Queue::offer_with_id) to be sure it is written
-    /// once). The call takes at most
+    /// written), or [`ErrorKind::OutcomeUnknown`] when the connection was
+    /// lost or Redis stopped answering after the offer was sent (it may
+    /// have been written; retry with [`offer_with_id`](Queue::offer_with_id)
+    /// to be sure it is written once). The offer is sent once: never again
+    /// behind the caller's back. The call takes at most
     /// [`command_timeout`](crate::RedwheelOptions::command_timeout).
+    ///
+    /// Ids are made by this process (`ErrorKind::Server` in the
+    /// astronomically unlikely case that the id is in use already: nothing
+    /// is written, and later ids get a new prefix). Messages that one
+    /// process offers with equal due times are delivered in offer order.
     pub fn offer(&self, payload: &T, delay: Duration) -> Result<MessageId, Error> {
         let bytes = self.encode(payload)?;
         let ms = self.delay_ms(delay)?;
         let id = new_message_id();
-        // A retry inside `offer_raw` that finds the id written means the
-        // first attempt succeeded: the offer stands either way.
-        self.offer_raw("r", ms, &id, &bytes)?;
-        Ok(MessageId(id))
+        self.offer_fresh("r", ms, id, &bytes)
     }
 
     /// Offers `payload`, due at `at` (wall-clock time, compared with the
@@ -58,9 +62,51 @@ impl<T: Codec> Queue<T> {
     /// ```
     pub fn offer_at(&self, payload: &T, at: SystemTime) -> Result<MessageId, Error> {
         let bytes = self.encode(payload)?;
-        let id = new_message_id();
-        self.offer_raw("a", epoch_ms(at)?, &id, &bytes)?;
-        Ok(MessageId(id))
+        let at = epoch_ms(at)?;
+        self.offer_fresh("a", at, new_message_id(), &bytes)
+    }
+
+    /// Adds one message under `id`, an id of ours: `Ok` only if it was
+    /// written.
+    fn offer_fresh(
+        &self,
+        mode: &str,
+        value: u64,
+        id: String,
+        bytes: &[u8],
+    ) -> Result<MessageId, Error> {
+        let added = self.offer_raw(mode, value, &id, bytes)?;
+        self.fresh_offered(added, id)
+    }
+
+    /// What an offer under a fresh id of ours means (shared with the async
+    /// offer): `Ok` only if it was written.
+    pub(super) fn fresh_offered(&self, added: bool, id: String) -> Result<MessageId, Error> {
+        if added {
+            return Ok(MessageId(id));
+        }
+        ids::reseed();
+        Err(self.id_in_use(&id, false))
+    }
+
+    /// The error of an id of ours found in use (`id`, or one of a batch's
+    /// chunk starting at `id`): another process makes ids with the same
+    /// prefix (a `fork()` that went unseen, or a collision of 64 random
+    /// bits).
+    pub(super) fn id_in_use(&self, id: &str, batch: bool) -> Error {
+        let what = if batch {
+            format!("an id of the batch chunk starting at {id}")
+        } else {
+            format!("the id {id}")
+        };
+        let e = self.tag(Error::new(
+            ErrorKind::Server,
+            format!(
+                "{what}, made by this process, is already in use in the queue; nothing of it was written \
+                 (ids made from now on have a new prefix)"
+            ),
+        ));
+        if batch { e } else { e.for_message(id) }
     }
 
     /// Offers `payload` under an id of the caller's choosing, due `delay`
@@ -125,12 +171,11 @@ impl<T: Codec> Queue<T> {
         let (due, replicas): (i64, Option<i64>) = self
             .rt()
             .run(&keys.delayed, Access::Write, |con| {
-                let due = scripts::OFFER
-                    .key(&keys.delayed)
-                    .key(&keys.msg)
-                    .key(&keys.wake)
-                    .key(&keys.controls)
-                    .key(&keys.dead)
+                let mut inv = scripts::OFFER.prepare_invoke();
+                for k in offer_keys(keys) {
+                    inv.key(k);
+                }
+                let due = inv
                     .arg(mode)
                     .arg(value)
                     .arg(id)
@@ -139,6 +184,12 @@ impl<T: Codec> Queue<T> {
                 Ok((due, self.wait(con)?))
             })
             .map_err(|e| self.tag(e).for_message(id))?;
+        self.offered(due, replicas, id)
+    }
+
+    /// Reads `offer.lua`'s reply (and `WAIT`'s): true if added. Shared
+    /// with the async offer.
+    pub(super) fn offered(&self, due: i64, replicas: Option<i64>, id: &str) -> Result<bool, Error> {
         if due >= 0 {
             self.state.metrics.offered.add(1);
         }
@@ -151,9 +202,13 @@ impl<T: Codec> Queue<T> {
     ///
     /// Every payload and delay is checked before anything is sent. The
     /// messages are written in atomic chunks of up to 1,000 (one script call
-    /// each); if Redis fails midway, the chunks already written stay. For a
-    /// batch that can be retried safely, use
-    /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids).
+    /// each, sent once); if Redis fails midway, the chunks already written
+    /// stay, and the chunk in flight when a connection was lost may or may
+    /// not have been written ([`ErrorKind::OutcomeUnknown`]). For a batch
+    /// that can be retried safely, use
+    /// [`offer_batch_with_ids`](Queue::offer_batch_with_ids). The ids
+    /// sort in batch order, so messages with equal due times are delivered
+    /// in batch order.
     ///
     /// With `QueueOptions::max_len`, each chunk is written whole or not at
     /// all: a chunk that does not fit under the bound fails with
@@ -178,10 +233,11 @@ impl<T: Codec> Queue<T> {
     pub fn offer_batch(&self, messages: &[(T, Duration)]) -> Result<Vec<MessageId>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
         let limit = self.delay_limit();
-        for (payload, delay) in messages {
+        let mut ids = new_message_ids(messages.len()).into_iter();
+        for ((payload, delay), id) in messages.iter().zip(&mut ids) {
             let bytes = self.encode(payload)?;
             let ms = self.delay_ms_within(*delay, limit)?;
-            encoded.push((new_message_id(), ms, bytes));
+            encoded.push((id, ms, bytes));
         }
         self.offer_batch_raw("r", false, &encoded)?;
         Ok(encoded
@@ -195,9 +251,10 @@ impl<T: Codec> Queue<T> {
     /// clamped to now).
     pub fn offer_batch_at(&self, messages: &[(T, SystemTime)]) -> Result<Vec<MessageId>, Error> {
         let mut encoded = Vec::with_capacity(messages.len());
-        for (payload, at) in messages {
+        let mut ids = new_message_ids(messages.len()).into_iter();
+        for ((payload, at), id) in messages.iter().zip(&mut ids) {
             let bytes = self.encode(payload)?;
-            encoded.push((new_message_id(), epoch_ms(*at)?, bytes));
+            encoded.push((id, epoch_ms(*at)?, bytes));
         }
         self.offer_batch_raw("a", false, &encoded)?;
         Ok(encoded
@@ -254,53 +311,76 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let mut added = Vec::with_capacity(encoded.len());
         for chunk in encoded.chunks(BATCH_OFFER_MAX) {
+            let args = batch_args(mode, check_ids, chunk);
             let mut inv = scripts::OFFER_BATCH.prepare_invoke();
-            inv.key(&keys.delayed)
-                .key(&keys.msg)
-                .key(&keys.wake)
-                .key(&keys.controls)
-                .key(&keys.dead)
-                .arg(mode)
-                .arg(if check_ids { "k" } else { "n" });
-            for (id, ms, bytes) in chunk {
-                inv.arg(*ms).arg(id).arg(bytes.as_ref());
+            for k in offer_keys(keys) {
+                inv.key(k);
             }
-            let rt = self.rt();
+            for a in &args {
+                inv.arg(a.as_slice());
+            }
             let _span = telemetry::queue_op("offer_batch", &self.state.name, chunk.len());
-            if check_ids {
-                let (flags, replicas): (Vec<i64>, _) = rt
-                    .run(&keys.delayed, Access::Write, |con| {
-                        Ok((inv.invoke(con)?, self.wait(con)?))
-                    })
-                    .map_err(|e| self.tag(partly_full(e, added.len(), encoded.len())))?;
-                let new = flags.iter().filter(|&&f| f == 1).count();
-                self.state.metrics.offered.add(new as u64);
-                self.check_replicas(replicas, None)?;
-                added.extend(flags.into_iter().map(|f| f == 1));
-            } else {
-                let (_, replicas): (i64, _) = rt
-                    .run(&keys.delayed, Access::Write, |con| {
-                        Ok((inv.invoke(con)?, self.wait(con)?))
-                    })
-                    .map_err(|e| self.tag(partly_full(e, added.len(), encoded.len())))?;
-                self.state.metrics.offered.add(chunk.len() as u64);
-                self.check_replicas(replicas, None)?;
-                added.resize(added.len() + chunk.len(), true);
-            }
+            let (reply, replicas): (redis::Value, _) = self
+                .rt()
+                .run(&keys.delayed, Access::Write, |con| {
+                    Ok((inv.invoke(con)?, self.wait(con)?))
+                })
+                .map_err(|e| self.tag(partly_full(e, added.len(), encoded.len())))?;
+            let first = chunk.first().map_or("", |(id, _, _)| id.as_str());
+            added.extend(self.batch_written(check_ids, chunk.len(), first, reply, replicas)?);
         }
+        Ok(added)
+    }
+
+    /// Reads `offer_batch.lua`'s reply to a chunk of `len` (and `WAIT`'s):
+    /// whether each was added. Shared with the async batch offer.
+    pub(super) fn batch_written(
+        &self,
+        check_ids: bool,
+        len: usize,
+        first_id: &str,
+        reply: redis::Value,
+        replicas: Option<i64>,
+    ) -> Result<Vec<bool>, Error> {
+        let protocol = |e: redis::ParsingError| {
+            self.tag(
+                Error::new(ErrorKind::Protocol, "unexpected reply to offer_batch.lua")
+                    .with_cause(e),
+            )
+        };
+        let added = if check_ids {
+            let flags: Vec<i64> = redis::from_redis_value(reply).map_err(protocol)?;
+            flags.into_iter().map(|f| f == 1).collect()
+        } else {
+            let written: i64 = redis::from_redis_value(reply).map_err(protocol)?;
+            if written < 0 {
+                // Nothing of this chunk was written.
+                ids::reseed();
+                return Err(self.id_in_use(first_id, true));
+            }
+            vec![true; len]
+        };
+        let new = added.iter().filter(|&&a| a).count();
+        self.state.metrics.offered.add(new as u64);
+        self.check_replicas(replicas, None)?;
         Ok(added)
     }
 
     /// With `wait_replicas`, `WAIT`s on `con` (after a write on it) and
     /// returns how many replicas acknowledged.
     pub(super) fn wait(&self, con: &mut Conn) -> redis::RedisResult<Option<i64>> {
-        let Some((n, timeout)) = self.wait_replicas else {
-            return Ok(None);
-        };
+        self.wait_cmd().map(|c| c.query(con)).transpose()
+    }
+
+    /// With `wait_replicas`, the `WAIT` to send after a write.
+    pub(super) fn wait_cmd(&self) -> Option<redis::Cmd> {
+        let (n, timeout) = self.wait_replicas?;
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        redis::cmd("WAIT").arg(n).arg(ms).query(con).map(Some)
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(n).arg(ms);
+        Some(cmd)
     }
 
     pub(super) fn check_replicas(&self, acked: Option<i64>, id: Option<&str>) -> Result<(), Error> {
@@ -336,4 +416,38 @@ fn partly_full(e: Error, done: usize, total: usize) -> Error {
         ),
     )
     .with_cause(e)
+}
+
+/// `offer.lua`'s and `offer_batch.lua`'s keys, in their order.
+pub(super) fn offer_keys(keys: &Keys) -> [&str; 6] {
+    [
+        &keys.delayed,
+        &keys.msg,
+        &keys.wake,
+        &keys.head,
+        &keys.controls,
+        &keys.dead,
+    ]
+}
+
+/// `offer_batch.lua`'s ARGV for one chunk: the mode, whether ids are
+/// checked, then (delay or time, id, payload) per message.
+pub(super) fn batch_args(
+    mode: &str,
+    check_ids: bool,
+    chunk: &[(String, u64, Cow<'_, [u8]>)],
+) -> Vec<Vec<u8>> {
+    let mut args = Vec::with_capacity(2 + 3 * chunk.len());
+    args.push(mode.as_bytes().to_vec());
+    args.push(if check_ids {
+        b"k".to_vec()
+    } else {
+        b"n".to_vec()
+    });
+    for (id, ms, bytes) in chunk {
+        args.push(ms.to_string().into_bytes());
+        args.push(id.as_bytes().to_vec());
+        args.push(bytes.to_vec());
+    }
+    args
 }

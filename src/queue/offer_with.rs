@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use super::codec::Codec;
 use super::handle::{Queue, check_id, epoch_ms};
-use super::ids::new_message_id;
+use super::ids::{self, new_message_id};
 use super::message::MessageId;
 use crate::error::{Access, Error, ErrorKind};
 use crate::scripts;
@@ -318,6 +318,7 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.stale)
                     .key(&keys.attempts)
                     .key(&throttle)
+                    .key(&keys.head)
                     .arg(how)
                     .arg(when)
                     .arg(&key)
@@ -331,6 +332,12 @@ impl<T: Codec> Queue<T> {
                 Ok((reply, self.wait(con)?))
             })
             .map_err(|e| self.tag(e).for_message(&key))?;
+        if mode == "n" && matches!(reply.first(), Some(redis::Value::Int(0))) {
+            // The fresh id was known already: another process shares this
+            // one's id prefix. Nothing was written.
+            ids::reseed();
+            return Err(self.id_in_use(&key, true));
+        }
         let offered = read_offered(&reply).ok_or_else(|| {
             self.tag(Error::new(
                 ErrorKind::Protocol,

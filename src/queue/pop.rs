@@ -3,20 +3,69 @@
 //! `max_block` a round) and run it again; while the queue's controls hold
 //! the caller back, wait at the queue's gate instead (in this process, woken
 //! by the driver or the wake channel, see `gate.rs`); wait out Redis being
-//! unreachable and a moving cluster slot.
+//! unreachable and a moving cluster slot. The script is one request
+//! (`queue/request.rs`): a round lost with its connection is sent again
+//! until an answer comes, which is what the lost one did.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::codec::Codec;
 use super::handle::Queue;
-use crate::error::{Access, Error};
+use super::request::RESOLVE_WITHIN;
+use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::{Backoff, Conn, Deadline, random_u64, shut_down};
 use crate::telemetry;
 
+/// Whether a request whose attempt may have run has been answered since;
+/// from when it has not.
+#[derive(Debug, Default)]
+pub(crate) struct Unresolved(Option<Instant>);
+
+impl Unresolved {
+    /// An attempt may have run and its answer was lost.
+    pub(crate) fn lost(&mut self) {
+        self.0.get_or_insert_with(Instant::now);
+    }
+
+    /// An answer came.
+    pub(crate) fn resolved(&mut self) {
+        self.0 = None;
+    }
+
+    /// When an attempt was first lost, while it is unanswered.
+    #[cfg(feature = "async")]
+    pub(crate) fn since(&self) -> Option<Instant> {
+        self.0
+    }
+
+    /// True while an attempt may have run unanswered.
+    pub(crate) fn pending(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// True once resending has gone on for too long to trust the reply
+    /// record to still be there ([`RESOLVE_WITHIN`]).
+    pub(crate) fn too_old(&self) -> bool {
+        self.0.is_some_and(|t| t.elapsed() >= RESOLVE_WITHIN)
+    }
+
+    /// The caller's error when it stops resending `what` while unresolved.
+    pub(crate) fn outcome_unknown(&self, what: &str, cause: Option<Error>) -> Error {
+        let e = Error::new(
+            ErrorKind::OutcomeUnknown,
+            format!("{what} may have run on redis, and redis could not be asked what it did"),
+        );
+        match cause {
+            Some(c) => e.with_cause(c),
+            None => e,
+        }
+    }
+}
+
 /// 64 random bits per process, then a counter: a prefix no two pop script
 /// calls share (claim tokens, entries of the rate limit's log).
-pub(super) fn call_prefix() -> String {
+pub(crate) fn call_prefix() -> String {
     use std::sync::OnceLock;
     static SEED: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -46,8 +95,17 @@ impl<T: Codec> Queue<T> {
     /// transfer job (announced for the instant a rate window lets the next
     /// delivery through, and at each guard sweep) and on every message of
     /// the wake channel; a held-back caller also looks again after
-    /// `max_block`, so shutdown is noticed. Waits out Redis being unreachable and a moving cluster
-    /// slot.
+    /// `max_block`, so shutdown is noticed. Waits out Redis being
+    /// unreachable and a moving cluster slot.
+    ///
+    /// The script call is one request (its keys and arguments carry its
+    /// reply record and number): a round whose connection was lost after
+    /// sending (reset, cut reply, timeout) is sent again, on a new
+    /// connection, until Redis answers, and the answer is what the lost
+    /// round did. Past `deadline` (and `command_timeout` more to get that
+    /// answer), at shutdown, or after [`RESOLVE_WITHIN`], a round that may
+    /// have run unanswered makes this fail with
+    /// [`ErrorKind::OutcomeUnknown`] rather than return nothing.
     pub(crate) fn wait_pop(
         &self,
         deadline: Option<Instant>,
@@ -68,10 +126,29 @@ impl<T: Codec> Queue<T> {
             header,
         };
         let gate = &self.state.gate;
+        let mut unresolved = Unresolved::default();
+        let answer_within = rt.options.command_timeout;
+        let give_up = |unresolved: &Unresolved, e: Error| -> Error {
+            if unresolved.pending() {
+                self.tag(unresolved.outcome_unknown(op.0, Some(e)))
+            } else {
+                e
+            }
+        };
         loop {
             if rt.is_shut_down() {
-                return Err(self.tag(shut_down()));
+                return Err(give_up(&unresolved, self.tag(shut_down())));
             }
+            if unresolved.too_old() {
+                return Err(self.tag(unresolved.outcome_unknown(op.0, None)));
+            }
+            // While a lost round is unanswered, wait for its answer, not
+            // for messages (no blocking): past `deadline`, for at most
+            // `command_timeout` from the later of the deadline and the loss.
+            let until = |unresolved: &Unresolved| match (deadline, unresolved.0) {
+                (Some(d), Some(lost)) => Some(d.max(lost) + answer_within),
+                _ => deadline,
+            };
             // Read before the script runs, so an opening of the gate between
             // its reply and the wait below is not missed.
             let seen = gate.generation();
@@ -79,20 +156,26 @@ impl<T: Codec> Queue<T> {
                 Ok(c) => c,
                 Err(e) if e.is_transient() => {
                     rt.topology_may_have_changed();
-                    if !wait_backoff(deadline, &mut backoff) {
-                        return Err(self.tag(e));
+                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                        return Err(give_up(&unresolved, self.tag(e)));
                     }
                     continue;
                 }
-                Err(e) => return Err(self.tag(e)),
+                Err(e) => return Err(give_up(&unresolved, self.tag(e))),
             };
-            match self.pop_round(&mut con.con, deadline, max_block, &pop) {
+            let round_deadline = if unresolved.pending() {
+                Some(Instant::now())
+            } else {
+                deadline
+            };
+            match self.pop_round(&mut con.con, round_deadline, max_block, &pop) {
                 Ok(Popped::Found(value)) => {
                     rt.put_blocking(con);
                     return Ok(Some(value));
                 }
                 Ok(Popped::Nothing) => {
                     rt.put_blocking(con);
+                    unresolved.resolved();
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Ok(None);
                     }
@@ -100,6 +183,7 @@ impl<T: Codec> Queue<T> {
                 }
                 Ok(Popped::Gated(g)) => {
                     rt.put_blocking(con);
+                    unresolved.resolved();
                     let now = Instant::now();
                     if deadline.is_some_and(|d| now >= d) {
                         return Ok(None);
@@ -111,8 +195,8 @@ impl<T: Codec> Queue<T> {
                     if g > 0 {
                         // The rate window lets the next one through in `g`
                         // µs (measured from the script's TIME, so never
-                        // early): the driver runs the queue's transfer job
-                        // then, which opens the gate.
+                        // early): the driver runs the queue's job then,
+                        // which opens the gate.
                         rt.driver.announce(
                             &self.state.job_key,
                             Deadline::After(Duration::from_micros(g as u64)),
@@ -122,28 +206,34 @@ impl<T: Codec> Queue<T> {
                     backoff.reset();
                 }
                 Err(e) if slot_is_moving(&e) => {
-                    // A cluster slot being migrated or failed over: the
-                    // queue is reachable again once the move completes.
+                    // A cluster slot being migrated or failed over (an
+                    // error reply: the script did not run): the queue is
+                    // reachable again once the move completes.
                     drop(con);
                     rt.topology_may_have_changed();
-                    if !wait_backoff(deadline, &mut backoff) {
+                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                        if unresolved.pending() {
+                            return Err(self.tag(unresolved.outcome_unknown(op.0, None)));
+                        }
                         return Ok(None);
                     }
                 }
                 Err(e) => {
                     drop(con);
+                    if may_have_run(&e) {
+                        unresolved.lost();
+                    }
                     let e = self.tag(Error::from_redis(e, Access::Write));
                     if !e.is_transient() {
-                        return Err(e);
+                        return Err(give_up(&unresolved, e));
                     }
                     rt.topology_may_have_changed();
-                    // A connection lost while blocked: keep waiting. (Had a
-                    // take script run in that instant, its message went with
-                    // the reply: at-most-once; a claim comes back when its
-                    // visibility ends.)
+                    // A connection lost while blocked, or with the
+                    // script's reply: the next round is the same request,
+                    // answered with what the lost one did.
                     tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "redis unavailable while waiting; retrying");
-                    if !wait_backoff(deadline, &mut backoff) {
-                        return Err(e);
+                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                        return Err(give_up(&unresolved, e));
                     }
                 }
             }
@@ -237,7 +327,6 @@ impl<T: Codec> Queue<T> {
         Ok(read(reply.0))
     }
 }
-
 impl<T: Codec> Queue<T> {
     /// Counts the messages a pop script's reply says it found past their
     /// ttl (the header's second element) in the queue's metrics.
@@ -273,6 +362,13 @@ fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff) -> bool {
     }
     std::thread::sleep(wait);
     true
+}
+
+/// A failure after which the command may have run: the connection was
+/// lost or timed out once it was sent (an error reply means it did not
+/// run: our scripts fail before they write).
+pub(crate) fn may_have_run(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_timeout()
 }
 
 /// A redirect or a refusal while a cluster slot moves (`MOVED`, `ASK`,

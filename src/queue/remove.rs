@@ -3,6 +3,7 @@
 
 use super::codec::Codec;
 use super::handle::{Queue, check_id};
+use super::keys::Keys;
 use super::message::MessageId;
 use crate::error::{Access, Error};
 use crate::scripts;
@@ -38,20 +39,11 @@ impl<T: Codec> Queue<T> {
         let n: i64 = self
             .rt()
             .run(&keys.delayed, Access::Write, |con| {
-                scripts::REMOVE
-                    .key(&keys.delayed)
-                    .key(&keys.msg)
-                    .key(&keys.dead)
-                    .key(&keys.inflight)
-                    .key(&keys.lease)
-                    .key(&keys.attempts)
-                    .key(&keys.reason)
-                    .key(&keys.stale)
-                    .key(&keys.prioritized)
-                    .key(&keys.priority)
-                    .key(&keys.expires)
-                    .arg(id.as_str())
-                    .invoke(con)
+                let mut inv = scripts::REMOVE.prepare_invoke();
+                for k in remove_keys(keys) {
+                    inv.key(k);
+                }
+                inv.arg(id.as_str()).invoke(con)
             })
             .map_err(|e| self.tag(e).for_message(id.as_str()))?;
         Ok(n == 1)
@@ -88,4 +80,21 @@ impl<T: Codec> Queue<T> {
             .map_err(|e| self.tag(e))?;
         Ok(n.max(0) as u64)
     }
+}
+
+/// `remove.lua`'s keys, in its order (ARGV: the id).
+pub(super) fn remove_keys(keys: &Keys) -> [&str; 11] {
+    [
+        &keys.delayed,
+        &keys.msg,
+        &keys.dead,
+        &keys.inflight,
+        &keys.lease,
+        &keys.attempts,
+        &keys.reason,
+        &keys.stale,
+        &keys.prioritized,
+        &keys.priority,
+        &keys.expires,
+    ]
 }

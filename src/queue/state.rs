@@ -20,6 +20,10 @@ pub(crate) struct QueueState {
     pub metrics: QueueMetrics,
     /// Where its consumers wait while the controls hold them back.
     pub gate: Arc<Gate>,
+    /// The acks of `ack_async` waiting to go out together (feature
+    /// `async`).
+    #[cfg(feature = "async")]
+    pub acks: super::asynk::AckBatcher,
 }
 
 impl QueueState {
@@ -42,6 +46,8 @@ impl QueueState {
             metrics: QueueMetrics::new(name),
             keys,
             gate,
+            #[cfg(feature = "async")]
+            acks: Default::default(),
         }
     }
 }

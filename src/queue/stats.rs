@@ -87,6 +87,12 @@ impl<T: Codec> Queue<T> {
         let span = telemetry::queue_op("stats", &self.state.name, 0);
         let (stats, _now) = read_stats(self.rt(), &self.state.keys).map_err(|e| self.tag(e))?;
         drop(span);
+        Ok(self.note_stats(stats))
+    }
+
+    /// Records what `stats` read in the queue's gauges (shared with the
+    /// async stats).
+    pub(super) fn note_stats(&self, stats: QueueStats) -> QueueStats {
         self.state.metrics.backlog(
             stats.delayed,
             stats.ready,
@@ -94,7 +100,7 @@ impl<T: Codec> Queue<T> {
             stats.dead,
             stats.oldest_overdue,
         );
-        Ok(stats)
+        stats
     }
 }
 
@@ -102,6 +108,45 @@ impl<T: Codec> Queue<T> {
 /// (epoch ms) at the instant they were read. Shared by [`Queue::stats`]
 /// and the operators' inspector, which reads without opening the queue.
 pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64), Error> {
+    let reply: redis::Value = rt.run(&keys.delayed, Access::Read, |con| {
+        let mut inv = scripts::STATS.prepare_invoke();
+        for k in stats_keys(keys) {
+            inv.key(k);
+        }
+        inv.invoke(con)
+    })?;
+    decode_stats(reply).map_err(|e| Error::from_redis(e, Access::Read))
+}
+
+/// The keys `stats.lua` reads, in its order.
+pub(super) fn stats_keys(keys: &Keys) -> [&str; 7] {
+    [
+        &keys.delayed,
+        &keys.ready,
+        &keys.inflight,
+        &keys.dead,
+        &keys.msg,
+        &keys.prioritized,
+        &keys.counts,
+    ]
+}
+
+/// Appends `stats.lua` on `keys` (by `EVALSHA`: the caller loads the
+/// script after a `NOSCRIPT`) to a pipeline, for readers of many queues in
+/// one round trip (the dashboard); [`decode_stats`] reads its reply.
+#[cfg_attr(not(feature = "web"), allow(dead_code))]
+pub(crate) fn pipe_stats(pipe: &mut redis::Pipeline, keys: &Keys) {
+    let k = stats_keys(keys);
+    pipe.cmd("EVALSHA")
+        .arg(scripts::STATS.get_hash())
+        .arg(k.len())
+        .arg(&k[..]);
+}
+
+/// `stats.lua`'s reply `{delayed, ready, inflight, dead, oldest_overdue_ms
+/// (-1: none), next_due_ms (-1: none), now_ms, expired}`: the counts and the
+/// server's clock (epoch ms). The one reader of that reply.
+pub(crate) fn decode_stats(reply: redis::Value) -> redis::RedisResult<(QueueStats, u64)> {
     let (delayed, ready, in_flight, dead, overdue, next_due, now, expired): (
         u64,
         u64,
@@ -111,17 +156,7 @@ pub(crate) fn read_stats(rt: &Runtime, keys: &Keys) -> Result<(QueueStats, u64),
         i64,
         u64,
         u64,
-    ) = rt.run(&keys.delayed, Access::Read, |con| {
-        scripts::STATS
-            .key(&keys.delayed)
-            .key(&keys.ready)
-            .key(&keys.inflight)
-            .key(&keys.dead)
-            .key(&keys.msg)
-            .key(&keys.prioritized)
-            .key(&keys.counts)
-            .invoke(con)
-    })?;
+    ) = redis::from_redis_value(reply)?;
     let stats = QueueStats {
         delayed,
         ready,

@@ -35,11 +35,15 @@ pub(crate) struct TransferJob {
     died: Counter,
     /// `redwheel_messages_expired_total`: messages past their ttl.
     expired: Counter,
-    /// `EVALSHA <transfer> 15 <keys…> <batch> <max_deliveries>`, packed once.
+    /// `EVALSHA <transfer> 16 <keys…> <batch> <max_deliveries>`, packed once.
     packed: Box<[u8]>,
     name: String,
     /// Opened after every run: held-back consumers look again.
     gate: Arc<Gate>,
+    /// This process's async takers and claimers waiting for the ready list
+    /// (feature `async`): woken after each transfer.
+    #[cfg(feature = "async")]
+    pub(crate) ready: Arc<crate::runtime::WaitList>,
 }
 
 impl TransferJob {
@@ -52,7 +56,7 @@ impl TransferJob {
     ) -> TransferJob {
         let packed = redis::cmd("EVALSHA")
             .arg(scripts::TRANSFER.get_hash())
-            .arg(15)
+            .arg(16)
             .arg(&keys.delayed)
             .arg(&keys.ready)
             .arg(&keys.inflight)
@@ -68,6 +72,7 @@ impl TransferJob {
             .arg(&keys.stale)
             .arg(&keys.counts)
             .arg(&keys.wake)
+            .arg(&keys.head)
             .arg(batch)
             .arg(max_deliveries)
             .get_packed_command()
@@ -83,6 +88,8 @@ impl TransferJob {
             packed,
             name: name.to_owned(),
             gate,
+            #[cfg(feature = "async")]
+            ready: Arc::default(),
         }
     }
 }
@@ -127,6 +134,11 @@ impl Job for TransferJob {
                 "messages past their ttl became dead letters"
             );
         }
+        // A transfer ran (this process's, at a due time, a sweep): what it
+        // moved, or what another process moved just before, is on the ready
+        // list. Each waiter that gets a message wakes the next.
+        #[cfg(feature = "async")]
+        self.ready.wake(moved.max(1) as usize);
         if moved > 0 {
             self.moved.fetch_add(moved, Ordering::Relaxed);
             self.transferred.add(moved - died.min(moved));

@@ -33,24 +33,34 @@ mod conn;
 pub(crate) mod driver;
 mod endpoint;
 mod keyslot;
+#[cfg(feature = "async")]
+mod mux;
 mod names;
 mod node_transport;
 mod options;
 mod pool;
 mod redwheel;
+mod replicas;
 mod server_clock;
 mod shared;
 mod subscriber;
 pub(crate) mod test_hooks;
+#[cfg(feature = "async")]
+mod wait;
 
 pub(crate) use self::backoff::Backoff;
 pub(crate) use self::conn::Conn;
 pub use self::driver::DriverStats;
-pub(crate) use self::driver::{Commands, Deadline, Job, Next};
+pub(crate) use self::driver::{Commands, Deadline, Job, Next, Replies};
 pub(crate) use self::keyslot::slot;
+#[cfg(feature = "async")]
+pub(crate) use self::mux::{Command, Orphan, first_reply};
 pub(crate) use self::names::{MAX_TAG_NAME_LEN, random_u64, validate_tag_name};
 pub use self::options::RedwheelOptions;
 pub(crate) use self::pool::shut_down;
 pub use self::redwheel::Redwheel;
+pub(crate) use self::replicas::WaitReplicas;
 pub(crate) use self::shared::Runtime;
 pub(crate) use self::subscriber::Subscription;
+#[cfg(feature = "async")]
+pub(crate) use self::wait::{Cell, WaitList, detach};

@@ -66,7 +66,11 @@ impl Transport for NodeTransport {
         }
     }
 
-    fn load_script(&mut self, script: &redis::Script) -> Result<(), Error> {
+    fn server_of(&self, _command: usize) -> Option<usize> {
+        Some(0)
+    }
+
+    fn load_script(&mut self, script: &redis::Script, _server: usize) -> Result<(), Error> {
         let con = self.con()?;
         match script.load(con) {
             Ok(_) => Ok(()),

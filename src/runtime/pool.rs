@@ -1,8 +1,22 @@
 //! The pools that keep idle connections ([`Pool`]): one for short commands,
 //! so many threads can write at once, one for blocking reads; and the
-//! rules for running a command on a pooled connection (one hidden resend
-//! on a connection that died while idle, never on one that may have
-//! applied the command).
+//! rules for running a command on a pooled connection.
+//!
+//! A connection that died while it sat idle (a Redis restart, the server's
+//! `timeout`, a load balancer) looks, once a command was written to it,
+//! exactly like one that died after the server ran the command: the
+//! client sees a reset or an end of stream either way. So:
+//!
+//! * a connection idle for [`CHECK_IDLE_AFTER`] or longer is checked with
+//!   a `PING` before it carries a command (a harmless command: if the
+//!   check fails, the connection is replaced and nothing was sent);
+//! * a command that may write is sent once: a connection lost after it
+//!   was written is [`ErrorKind::OutcomeUnknown`] for the caller (through
+//!   [`Access::Write`]), never resent behind its back. Callers whose
+//!   scripts make a resend harmless and truthful (take and claim, which
+//!   replay their recorded reply) resend it themselves;
+//! * a read ([`Access::Read`]) is resent once on a fresh connection when
+//!   a pooled one turns out dead.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,11 +28,18 @@ use super::conn::{Conn, MIN_WAIT};
 use super::endpoint::Endpoint;
 use crate::error::{Access, Error, ErrorKind};
 
+/// A pooled connection idle this long is checked with a `PING` before it
+/// carries a command: long enough that a busy pool never pays for it, short
+/// enough that a restart of Redis during a quiet spell, or a server closing
+/// idle clients, costs a round trip rather than an unknown outcome.
+pub(crate) const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
+
 /// Idle connections of one kind (short commands, or blocking consumers),
 /// all with the same I/O timeout.
 pub(crate) struct Pool {
     endpoint: std::sync::Arc<Endpoint>,
-    idle: Mutex<Vec<Conn>>,
+    /// Idle connections and when each was put back, most recent last.
+    idle: Mutex<Vec<(Conn, Instant)>>,
     io_timeout: Duration,
     max_idle: usize,
     closed: AtomicBool,
@@ -39,16 +60,35 @@ impl Pool {
         }
     }
 
-    /// An idle connection (`true`: it was idle, and may have died since)
-    /// or a new one.
+    /// An idle connection (`true`: it was idle; checked if idle long, but it
+    /// may still have died since its last use) or a new one.
     pub(crate) fn get(&self) -> Result<(Conn, bool), Error> {
         if self.closed.load(Ordering::Acquire) {
             return Err(shut_down());
         }
-        if let Some(c) = self.idle.lock().pop() {
+        if let Some(c) = self.take_idle() {
             return Ok((c, true));
         }
         Ok((self.endpoint.open(self.io_timeout)?, false))
+    }
+
+    /// The most recently used idle connection that is alive as far as a
+    /// `PING` can tell (only those idle for [`CHECK_IDLE_AFTER`] are
+    /// asked); `None` if there is none. A connection that fails the check
+    /// means the others are probably dead too: the pool is emptied.
+    fn take_idle(&self) -> Option<Conn> {
+        let (mut con, since) = self.idle.lock().pop()?;
+        if since.elapsed() < CHECK_IDLE_AFTER {
+            return Some(con);
+        }
+        match redis::cmd("PING").query::<()>(&mut con) {
+            Ok(()) => Some(con),
+            Err(e) => {
+                tracing::debug!(target: "redwheel::runtime", addr = %self.endpoint.addr(), error = %e, "an idle connection died; opening a new one");
+                self.clear();
+                None
+            }
+        }
     }
 
     /// Returns a healthy connection for reuse.
@@ -58,7 +98,7 @@ impl Pool {
         }
         let mut idle = self.idle.lock();
         if idle.len() < self.max_idle {
-            idle.push(con);
+            idle.push((con, Instant::now()));
         }
     }
 
@@ -76,73 +116,95 @@ impl Pool {
     /// Runs `f`, one command (or pipeline), on a connection of this pool,
     /// within the pool's I/O timeout in all.
     ///
-    /// An idle connection may have died since its last use (a Redis
-    /// restart). If it fails at once with a connection error, the call is
-    /// tried once more on a fresh connection with what is left of the time
-    /// budget; the commands run through here are idempotent (an offer
-    /// carries its id). A call that timed out is never retried: it may
-    /// have been applied, and the budget is spent. `access` decides how a
-    /// failure after sending is reported (see [`Access`]).
+    /// `f` is sent once when it may write ([`Access::Write`]): a failure
+    /// after sending is [`ErrorKind::OutcomeUnknown`], a connection that
+    /// could not be had [`ErrorKind::Unavailable`] (nothing was sent). A
+    /// read ([`Access::Read`]) that fails at once on a pooled connection
+    /// that died (reset, closed; not slow) is sent again on a fresh one,
+    /// with what is left of the time budget. A call that timed out is
+    /// never resent: the budget is spent.
     pub(crate) fn run<R>(
         &self,
         access: Access,
-        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, Error> {
-        self.try_run(f).map_err(|a| a.into_error(access))
+        let started = Instant::now();
+        let (mut con, was_idle) = self.checkout(started)?;
+        match f(&mut con) {
+            Ok(r) => {
+                self.put_back(con, was_idle);
+                Ok(r)
+            }
+            Err(e) if access == Access::Read && was_idle && died_while_idle(&e) => {
+                // A read is harmless to send again; the server closed a
+                // connection that sat idle (a restart). If it cannot be
+                // reached again, it is down.
+                drop(con);
+                self.clear();
+                let mut con = self.open_within(started)?;
+                let r = f(&mut con).map_err(|e| Error::from_redis(e, access))?;
+                self.put_back(con, false);
+                Ok(r)
+            }
+            Err(e) => {
+                self.lost(&e);
+                Err(Error::from_redis(e, access))
+            }
+        }
     }
 
-    /// As [`run`](Pool::run), telling a command that was never sent (no
-    /// connection) from one that failed (a redis error, possibly a
-    /// redirect to follow).
+    /// After `e` on one of this pool's connections: if the connection
+    /// died (reset, closed; not slow), the idle ones probably did too
+    /// (a restart): they are dropped, so the calls after this one open
+    /// fresh connections instead of finding out the same way.
+    fn lost(&self, e: &redis::RedisError) {
+        if died_while_idle(e) {
+            self.clear();
+        }
+    }
+
+    /// Runs `f` once, as [`run`](Pool::run) runs a write, telling a
+    /// command that was never sent (no connection) from one that failed (a
+    /// redis error, possibly a redirect to follow, or a connection lost
+    /// after sending: the caller decides what that means).
     pub(crate) fn try_run<R>(
         &self,
         mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, TryRunError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(TryRunError::NotSent(shut_down()));
-        }
         let started = Instant::now();
-        let idle = self.idle.lock().pop();
-        let was_idle = idle.is_some();
-        let mut con = match idle {
-            Some(c) => c,
-            None => self.open_within(started).map_err(TryRunError::NotSent)?,
-        };
+        let (mut con, was_idle) = self.checkout(started).map_err(TryRunError::NotSent)?;
         match f(&mut con) {
             Ok(r) => {
                 self.put_back(con, was_idle);
                 Ok(r)
             }
-            Err(e) if was_idle && died_while_idle(&e) => {
-                // The server closed a connection that sat idle: it went away
-                // (a restart) before this command reached it. If it cannot
-                // be reached again, it is down: nothing was written.
-                drop(con);
-                self.clear();
-                let mut con = self.open_within(started).map_err(TryRunError::NotSent)?;
-                let r = f(&mut con).map_err(TryRunError::Failed)?;
-                self.put_back(con, false);
-                Ok(r)
+            Err(e) => {
+                self.lost(&e);
+                Err(TryRunError::Failed(e))
             }
-            Err(e) => Err(TryRunError::Failed(e)),
         }
     }
 
-    /// As [`run`](Pool::run), but sends `f` once: a pooled connection that
-    /// turns out dead is not replaced and the call not resent (for callers
-    /// that must tell "applied before" from "applied now").
+    /// As [`run`](Pool::run) for a write: `f` is sent once, whatever
+    /// `access` says (for callers that must tell "applied before" from
+    /// "applied now" even for a command they classify as a read).
     pub(crate) fn run_once<R>(
         &self,
         access: Access,
-        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, Error> {
-        let (mut con, was_idle) = self.get()?;
-        match f(&mut con) {
-            Ok(r) => {
-                self.put_back(con, was_idle);
-                Ok(r)
-            }
-            Err(e) => Err(Error::from_redis(e, access)),
+        self.try_run(f).map_err(|e| e.into_error(access))
+    }
+
+    /// A connection for a call started at `started`: an idle one (checked
+    /// if idle long; `true`) or a fresh one within the call's budget.
+    fn checkout(&self, started: Instant) -> Result<(Conn, bool), Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(shut_down());
+        }
+        match self.take_idle() {
+            Some(c) => Ok((c, true)),
+            None => Ok((self.open_within(started)?, false)),
         }
     }
 
@@ -190,7 +252,7 @@ impl TryRunError {
     }
 }
 
-/// A connection that died while idle: reset, closed or broken, not slow.
+/// A connection that died: reset, closed or broken, not slow.
 fn died_while_idle(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() && !e.is_timeout()
 }

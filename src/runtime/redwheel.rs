@@ -116,6 +116,7 @@ impl Redwheel {
             transport,
             locator,
             options,
+            Some(endpoint),
         )
     }
 
@@ -158,7 +159,14 @@ impl Redwheel {
         );
         let transport = ClusterTransport::new(Arc::clone(&cluster), options.command_timeout);
         let locator: Arc<dyn Locator> = Arc::clone(&cluster) as Arc<dyn Locator>;
-        Redwheel::start(addr, Backend::Cluster(cluster), transport, locator, options)
+        Redwheel::start(
+            addr,
+            Backend::Cluster(cluster),
+            transport,
+            locator,
+            options,
+            None,
+        )
     }
 
     fn start(
@@ -167,6 +175,8 @@ impl Redwheel {
         transport: impl Transport,
         locator: Arc<dyn Locator>,
         options: RedwheelOptions,
+        // The one server's endpoint; `None` on a cluster.
+        #[cfg_attr(not(feature = "async"), allow(unused_variables))] single: Option<Arc<Endpoint>>,
     ) -> Result<Redwheel, Error> {
         let clock = SystemClock::new();
         let server_clock = Arc::new(ServerClock::default());
@@ -191,7 +201,17 @@ impl Redwheel {
             (options.reconnect_min, options.reconnect_max),
             options.command_timeout,
         )?;
+        #[cfg(feature = "async")]
+        let asynk = super::mux::AsyncRuntime::new(
+            single,
+            super::mux::MuxConfig {
+                io_timeout: options.command_timeout,
+                reconnect: (options.reconnect_min, options.reconnect_max),
+            },
+        );
         let rt = Arc::new(Runtime {
+            #[cfg(feature = "async")]
+            asynk,
             options,
             backend,
             addr,

@@ -38,6 +38,9 @@ pub(crate) struct Runtime {
     pub(super) registry: Mutex<HashMap<String, Arc<dyn Any + Send + Sync>>>,
     pub(super) shut_down: AtomicBool,
     pub(super) subscriber_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The futures' connections and waits (feature `async`).
+    #[cfg(feature = "async")]
+    pub(crate) asynk: super::mux::AsyncRuntime,
 }
 
 /// What a `Redwheel` is connected to.
@@ -225,6 +228,8 @@ impl Runtime {
         }
         let deadline = Instant::now() + timeout;
         self.subscriber.stop();
+        #[cfg(feature = "async")]
+        self.asynk.close();
         let driver = self.driver.shutdown(deadline);
         match &self.backend {
             Backend::Node { commands, blocking } => {

@@ -28,7 +28,7 @@ use parking_lot::RwLock;
 use redis::{PushInfo, PushKind, Value};
 
 use super::backoff::Backoff;
-use super::cluster::Cluster;
+use super::cluster::{Cluster, redirect_target};
 use super::endpoint::Endpoint;
 use super::keyslot::slot;
 use crate::error::{Access, Error, ErrorKind};
@@ -58,6 +58,9 @@ pub(crate) trait Locator: Send + Sync + 'static {
     fn generation(&self) -> u64;
     /// Asks for a fresh slot map (a subscription moved away).
     fn refresh(&self);
+    /// The node at `from` answered `MOVED slot to`: the slot is served at
+    /// `to` now.
+    fn moved(&self, from: &str, slot: u16, to: &str);
 }
 
 /// One server serves every channel.
@@ -77,6 +80,8 @@ impl Locator for SingleNode {
     }
 
     fn refresh(&self) {}
+
+    fn moved(&self, _from: &str, _slot: u16, _to: &str) {}
 }
 
 /// A cluster: each channel lives on the master serving its slot.
@@ -98,6 +103,10 @@ impl Locator for Cluster {
 
     fn refresh(&self) {
         self.request_refresh();
+    }
+
+    fn moved(&self, from: &str, slot: u16, to: &str) {
+        Cluster::moved(self, slot, &redirect_target(from, to));
     }
 }
 
@@ -274,6 +283,9 @@ fn listen(
     let mut pending: HashSet<String> = HashSet::new();
     let mut seen = (u64::MAX, u64::MAX);
     let mut announced = false;
+    // Paces resubscribes after `MOVED` (nodes that disagree during a slot
+    // move would otherwise bounce a subscription back and forth at once).
+    let mut moved = Backoff::new(sub.reconnect.0, sub.reconnect.1);
     loop {
         if sub.stopping() {
             return Ok(());
@@ -321,11 +333,17 @@ fn listen(
         }
         match con.recv_response() {
             Ok(Value::ServerError(e)) if e.code() == "MOVED" => {
-                // The slot map is stale: refresh it and subscribe again.
+                // The slot map is stale: the channel is served where the
+                // reply says (the rest of the map is refreshed meanwhile);
+                // subscribe again there.
                 tracing::debug!(target: "redwheel::runtime", node = addr, error = ?e, "subscriber: a subscription moved");
-                sub.locator.refresh();
+                match redis::RedisError::from(e.clone()).redirect_node() {
+                    Some((to, slot)) => sub.locator.moved(addr, slot, to),
+                    None => sub.locator.refresh(),
+                }
                 pending.clear();
                 seen = (u64::MAX, u64::MAX);
+                thread::sleep(moved.step());
             }
             Ok(Value::ServerError(e)) => {
                 // Refused for good (an ACL without the channels, say):
@@ -355,6 +373,7 @@ fn listen(
                 }
                 (PushKind::SSubscribe, Some(channel)) => {
                     tracing::debug!(target: "redwheel::runtime", node = addr, channel, "subscriber: subscribed");
+                    moved.reset();
                     pending.remove(channel);
                     subscribed.insert(channel.to_owned());
                     if let Some(h) = handlers.get(channel) {

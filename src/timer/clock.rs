@@ -38,11 +38,6 @@ pub(crate) mod sealed {
         /// time, with the parker it will sleep on.
         fn attach(&self, parker: &Parker);
 
-        /// The time `new_timeout` adds its delay to: never earlier than
-        /// [`Clock::now`](super::Clock::now) read at the same instant (so
-        /// no deadline is early), and at most a few microseconds later.
-        fn now_for_deadline(&self) -> Duration;
-
         /// Blocks the calling worker until the clock reads at least
         /// `deadline` (forever when `None`), or until `parker` is unparked.
         /// May return early for no reason; the worker re-checks. `precise`
@@ -117,31 +112,24 @@ impl Parker {
 
 /// The real clock: [`Instant`], measured from the moment the clock was made.
 ///
-/// `new_timeout` reads it through a cheaper estimate where one is provably
-/// never behind it (the time-stamp counter; see `clock::tsc` in the
-/// source); the worker, which
-/// decides when a timeout fires, always reads `Instant`.
+/// Both `new_timeout` (for a deadline) and the worker (to decide when a
+/// timeout fires) read `Instant` itself, so a deadline is never earlier
+/// than `Instant::now() + delay` at the call. (An earlier release read the
+/// time-stamp counter for deadlines, extrapolated from a recent `Instant`;
+/// nothing bounded its error if the kernel moved the clock away from the
+/// counter, so it is gone.)
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     origin: Instant,
-    /// `origin` in ns since [`tsc::epoch`].
-    origin_ns: u64,
 }
 
 impl SystemClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
-        let epoch = tsc::epoch();
-        let origin = Instant::now();
         SystemClock {
-            origin,
-            origin_ns: nanos_between(epoch, origin),
+            origin: Instant::now(),
         }
     }
-}
-
-fn nanos_between(from: Instant, to: Instant) -> u64 {
-    u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Default for SystemClock {
@@ -162,13 +150,6 @@ const PRECISE_SPIN: Duration = Duration::from_micros(200);
 
 impl sealed::Sealed for SystemClock {
     fn attach(&self, _parker: &Parker) {}
-
-    fn now_for_deadline(&self) -> Duration {
-        match tsc::now_upper() {
-            Some(ns) => Duration::from_nanos(ns.saturating_sub(self.origin_ns)),
-            None => self.origin.elapsed(),
-        }
-    }
 
     fn park(&self, parker: &Parker, deadline: Option<Duration>, precise: bool) {
         let inner = &parker.inner;
@@ -314,10 +295,6 @@ impl Clock for ManualClock {
 }
 
 impl sealed::Sealed for ManualClock {
-    fn now_for_deadline(&self) -> Duration {
-        self.now()
-    }
-
     fn attach(&self, parker: &Parker) {
         self.inner
             .sleepers
@@ -340,191 +317,10 @@ impl sealed::Sealed for ManualClock {
     }
 }
 
-/// A cheap upper bound of the monotonic clock, for deadlines.
-///
-/// Reading `Instant` costs a `clock_gettime` (about 25 ns on the VMs this
-/// was measured on); the time-stamp counter costs an `rdtsc` (about 10 ns).
-/// The monotonic clock is, on Linux with the `tsc` clocksource, the counter
-/// scaled by a rate the kernel slews by at most 500 ppm. So each thread
-/// keeps a *base*: a counter reading `c0` and an `Instant` read *after* it
-/// (`m0`, so `m0` is not behind the clock at `c0`), and estimates the clock
-/// at counter `c` as `m0 + (c - c0) · r`, with `r` a calibrated rate raised
-/// by 0.1 %, more than any slew plus the calibration's error: never behind
-/// the clock. It re-reads `Instant` for a new base after 1 ms of counter
-/// time, so it is never more than about 1 µs ahead either: a deadline is
-/// never early, and at worst (0.1 % of timeouts, those whose exact deadline
-/// falls within that microsecond before a tick boundary) fires a tick
-/// later. Each new base checks the old estimate against the real clock,
-/// and any estimate found behind it turns the estimator off for good.
-///
-/// Used only where the counter is the kernel's own clocksource (so the
-/// kernel vouches that it is invariant and synchronised across CPUs), on
-/// x86-64 Linux, outside Miri; elsewhere `now_upper` says `None` and the
-/// caller reads `Instant`.
-pub(crate) mod tsc {
-    use std::cell::Cell;
-    use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::time::Instant;
-
-    use super::nanos_between;
-
-    /// Counter ticks between two reads of `Instant` by one thread, at most
-    /// (1 ms worth once calibrated).
-    static WINDOW: AtomicU64 = AtomicU64::new(0);
-    /// ns per tick, raised by 0.1 %, in 32.32 fixed point; 0 until known.
-    static RATE: AtomicU64 = AtomicU64::new(0);
-    /// False once the estimator was found behind the clock, or where it
-    /// cannot be used.
-    static USABLE: AtomicBool = AtomicBool::new(true);
-    /// The first sample, for the calibration: (counter, ns since epoch).
-    static FIRST: OnceLock<(u64, u64)> = OnceLock::new();
-
-    /// Samples this far apart (in ns) calibrate the rate.
-    const CALIBRATE_AFTER_NS: u64 = 20_000_000;
-    /// The counter read and the `Instant` read of a sample must be this
-    /// close (in counter ticks at ~1-5 GHz: under a microsecond; a read
-    /// takes ~25 ns), or the sample is not used to calibrate or to check:
-    /// over the 20 ms of a calibration that is an error below 50 ppm.
-    const SAMPLE_SLACK: u64 = 2_000;
-
-    thread_local! {
-        /// This thread's base: (counter, ns since epoch); counter 0 = none.
-        static BASE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-    }
-
-    /// The instant all estimates are measured from (the first
-    /// `SystemClock` made).
-    pub(crate) fn epoch() -> Instant {
-        static EPOCH: OnceLock<Instant> = OnceLock::new();
-        *EPOCH.get_or_init(|| {
-            if !supported() {
-                USABLE.store(false, Ordering::Relaxed);
-            }
-            Instant::now()
-        })
-    }
-
-    fn supported() -> bool {
-        cfg!(all(target_arch = "x86_64", target_os = "linux", not(miri)))
-            && std::fs::read_to_string(
-                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-            )
-            .is_ok_and(|s| s.trim() == "tsc")
-    }
-
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    fn counter() -> u64 {
-        // SAFETY: `rdtsc` reads the time-stamp counter; it has no
-        // preconditions and touches no memory.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    fn counter() -> u64 {
-        0
-    }
-
-    /// ns since [`epoch`], never behind the monotonic clock; `None` where
-    /// the estimator is not used (read `Instant` then).
-    #[inline]
-    pub(crate) fn now_upper() -> Option<u64> {
-        if !USABLE.load(Ordering::Relaxed) {
-            return None;
-        }
-        let c = counter();
-        let rate = RATE.load(Ordering::Relaxed);
-        let window = WINDOW.load(Ordering::Relaxed);
-        let (c0, m0) = BASE.try_with(Cell::get).ok()?;
-        let delta = c.wrapping_sub(c0);
-        if rate != 0 && c0 != 0 && delta < window {
-            return Some(m0 + ((u128::from(delta) * u128::from(rate)) >> 32) as u64 + 1);
-        }
-        rebase(c)
-    }
-
-    /// Reads `Instant` for a new base (after counter `c`), checks the old
-    /// estimate against it, and calibrates the rate when it can.
-    #[cold]
-    fn rebase(c: u64) -> Option<u64> {
-        let epoch = epoch();
-        let m = nanos_between(epoch, Instant::now());
-        let after = counter();
-        let (c0, m0) = BASE.try_with(Cell::get).ok()?;
-        let rate = RATE.load(Ordering::Relaxed);
-        // A tight sample: `m` was read within `SAMPLE_SLACK` ticks of `c`.
-        let tight = after.wrapping_sub(c) < SAMPLE_SLACK;
-        if tight && rate != 0 && c0 != 0 {
-            // The old base's estimate at `c` must not be behind the clock
-            // at `c`, which is at least `m` less the read's duration.
-            let delta = c.wrapping_sub(c0);
-            let read = ((u128::from(after.wrapping_sub(c)) * u128::from(rate)) >> 32) as u64;
-            if delta < (1 << 40) {
-                let est = m0 + ((u128::from(delta) * u128::from(rate)) >> 32) as u64 + 1;
-                if est + read < m {
-                    USABLE.store(false, Ordering::Relaxed);
-                    tracing::warn!(
-                        target: "redwheel::timer",
-                        behind_ns = m - read - est,
-                        "the time-stamp counter ran slower than the clock; \
-                         deadlines now read the clock directly"
-                    );
-                    return None;
-                }
-            }
-        }
-        let _ = BASE.try_with(|b| b.set((c, m)));
-        if rate == 0 && tight {
-            let &(fc, fm) = FIRST.get_or_init(|| (c, m));
-            if m.saturating_sub(fm) >= CALIBRATE_AFTER_NS && c > fc {
-                // ns per tick, measured from `Instant` reads that each came
-                // after their counter read: the later sample's read may
-                // lag by up to its slack, the first's too; raise by 0.1 %.
-                let ticks = c - fc;
-                let ns = m - fm;
-                let exact = (u128::from(ns) << 32) / u128::from(ticks);
-                let raised = exact + exact / 1000 + 1;
-                let window = (1_000_000u128 << 32) / raised;
-                if let (Ok(r), Ok(w)) = (u64::try_from(raised), u64::try_from(window)) {
-                    WINDOW.store(w, Ordering::Relaxed);
-                    RATE.store(r, Ordering::Relaxed);
-                }
-            }
-        }
-        Some(m)
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_deadline_clock_is_never_behind_the_clock_read_before_it() {
-        // Long enough (and with enough re-bases) for the counter estimate
-        // to calibrate and take over where it is used.
-        let clock = SystemClock::new();
-        let until = Instant::now() + Duration::from_millis(60);
-        let mut reads = 0u64;
-        while Instant::now() < until {
-            let before = clock.now();
-            let estimate = sealed::Sealed::now_for_deadline(&clock);
-            assert!(
-                estimate >= before,
-                "estimate {estimate:?} is behind the clock read before it ({before:?})"
-            );
-            reads += 1;
-        }
-        assert!(reads > 0);
-    }
-
-    #[test]
-    fn a_manual_clock_gives_deadlines_its_exact_time() {
-        let clock = ManualClock::new();
-        clock.advance(Duration::from_nanos(12_345));
-        assert_eq!(
-            sealed::Sealed::now_for_deadline(&clock),
-            Duration::from_nanos(12_345)
-        );
-    }
+/// A clock reading in nanoseconds (saturating; 584 years fit).
+pub(crate) fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
 }

@@ -18,18 +18,31 @@
 //! * cancel racing expiry on a real pooled slot (one winner; the task runs
 //!   or is dropped, exactly once; the slot is freed exactly once, which
 //!   releases its chunk);
-//! * the last two references of a slot dropped at once (freed once).
+//! * the last two references of a slot dropped at once (freed once);
+//! * `new_timeout` (its producer lookup, `mine()`, and its push) and
+//!   `cancel` racing the worker's exit at `stop()` (every timeout either
+//!   refused, cancelled or returned by `stop()`, counted out, its task
+//!   dropped once, and the thread's producer and pool freed once it left);
+//! * a lookup for another timer racing the stop of the cached one (the
+//!   cached producer is let go, and freed exactly once);
+//! * a pool closed by its thread while its slots are cancelled and freed on
+//!   another (no slot handed out after the close; chunks freed once).
 
 use std::ptr;
+use std::sync::Arc;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
-use std::sync::{Arc, Weak};
 
 use loom::thread;
 
-use super::Timeout;
-use super::inbox::{Entry, Producer, Pushed, SEG, thread_id};
-use super::slot::{self, Frees, SlotRef};
-use super::sync::{AtomicUsize, Ordering};
+use super::entry::SlotRef;
+use super::local;
+use super::pool::{Frees, Pool, release, release_into};
+use super::producer::Producer;
+use super::ring::{Entry, Pushed, Ring, SEG};
+use super::shared::{Shared, WORKER_SHUTDOWN, WORKER_STARTED};
+use super::sync::{self, Ordering};
+use super::test_support::{Tally, new_slot, producer, task};
+use super::{ManualClock, Timeout, TimerError};
 
 /// A fake ring entry (the ring never dereferences entries).
 fn entry(i: usize) -> Entry {
@@ -40,12 +53,12 @@ fn index(e: Entry) -> usize {
     e.addr() / 8 - 1
 }
 
-fn producer() -> Arc<Producer> {
-    Arc::new(Producer::new(Weak::new(), thread_id()))
+fn ring() -> Arc<Ring> {
+    Arc::new(Ring::new())
 }
 
 /// Claims (as the worker) and appends what it got; returns the unseen count.
-fn claim(p: &Producer, got: &mut Vec<usize>) -> u32 {
+fn claim(p: &Ring, got: &mut Vec<usize>) -> u32 {
     // SAFETY: the calling model thread plays the worker, the only one.
     unsafe { p.claim(|e| got.push(index(e))) }
 }
@@ -53,7 +66,7 @@ fn claim(p: &Producer, got: &mut Vec<usize>) -> u32 {
 #[test]
 fn pushes_and_claims_deliver_every_entry_once_in_order() {
     loom::model(|| {
-        let p = producer();
+        let p = ring();
         let n = SEG + 1; // crosses a segment boundary
         let worker = {
             let p = Arc::clone(&p);
@@ -78,7 +91,7 @@ fn pushes_and_claims_deliver_every_entry_once_in_order() {
 #[test]
 fn a_taken_back_entry_is_never_also_claimed_and_counts_once() {
     loom::model(|| {
-        let p = producer();
+        let p = ring();
         let worker = {
             let p = Arc::clone(&p);
             thread::spawn(move || {
@@ -107,7 +120,7 @@ fn a_taken_back_entry_is_never_also_claimed_and_counts_once() {
 #[test]
 fn a_push_racing_the_arming_of_a_doze_never_misses_the_wake_up() {
     loom::model(|| {
-        let p = producer();
+        let p = ring();
         let worker = {
             let p = Arc::clone(&p);
             // SAFETY: this model thread plays the worker.
@@ -132,7 +145,7 @@ fn a_push_racing_the_arming_of_a_doze_never_misses_the_wake_up() {
 #[test]
 fn a_push_racing_the_close_is_either_handed_over_or_refused() {
     loom::model(|| {
-        let p = producer();
+        let p = ring();
         let worker = {
             let p = Arc::clone(&p);
             thread::spawn(move || {
@@ -146,6 +159,8 @@ fn a_push_racing_the_close_is_either_handed_over_or_refused() {
         let pushed = unsafe { p.push(entry(0), true) };
         let (got, unseen) = worker.join().unwrap();
         assert_eq!(unseen, 0);
+        // SAFETY: the worker model thread is done; this one reads its side.
+        assert_eq!(unsafe { p.accepted() }, got.len() as u64);
         if pushed == Pushed::Closed {
             assert!(got.is_empty(), "refused, yet handed over");
             assert_eq!(p.added(), 0, "a refused timeout is not counted");
@@ -156,42 +171,19 @@ fn a_push_racing_the_close_is_either_handed_over_or_refused() {
     });
 }
 
-/// Counts the runs and drops of a task.
-#[derive(Default)]
-struct Tally {
-    ran: AtomicUsize,
-    dropped: AtomicUsize,
-}
-
-struct Guard(Arc<Tally>);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        self.0.dropped.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 /// A fresh slot of `p` (owned by this model thread) with `refs` references
 /// and a task that counts into `tally`.
-fn slot_of(p: &Arc<Producer>, refs: u32, tally: &Arc<Tally>) -> SlotRef {
-    let guard = Guard(Arc::clone(tally));
-    let task = move |_: &Timeout| {
-        guard.0.ran.fetch_add(1, Ordering::SeqCst);
-    };
-    // SAFETY: this model thread owns `p`; the slot is fresh.
-    let slot = SlotRef(unsafe { p.pool.alloc(Arc::as_ptr(p)) });
-    // SAFETY: as above.
-    unsafe { slot::init(slot.0, 0, refs, task) };
-    slot
+fn slot_of(p: &sync::Arc<Producer>, refs: u32, tally: &Arc<Tally>) -> SlotRef {
+    new_slot(p, refs, task::<0>(tally))
 }
 
 /// Closes `p`'s pool (as its thread does on leaving) and checks that its
 /// chunks, hence every slot, were released.
-fn close_and_check_released(p: &Arc<Producer>) {
+fn close_and_check_released(p: &sync::Arc<Producer>) {
     // SAFETY: the model's main thread owns the pool.
-    unsafe { p.pool.close() };
+    unsafe { Pool::close(&p.pool) };
     assert_eq!(
-        Arc::strong_count(p),
+        sync::Arc::strong_count(p),
         1,
         "a slot was not freed (or freed twice)"
     );
@@ -211,11 +203,10 @@ fn cancel_racing_expiry_has_one_winner_and_the_task_goes_exactly_once() {
                 let mut frees = Frees::new();
                 if slot.try_expire() {
                     expired.store(1, std::sync::atomic::Ordering::SeqCst);
-                    let handle = slot.borrowed_handle();
                     // SAFETY: this thread made the move to EXPIRED.
-                    unsafe { slot.run_task(&handle) };
+                    unsafe { slot.run_task() };
                 }
-                slot.release_into(&mut frees);
+                release_into(slot, &mut frees);
             })
         };
         // The handle's cancel: one more reference for its queued entry.
@@ -231,9 +222,9 @@ fn cancel_racing_expiry_has_one_winner_and_the_task_goes_exactly_once() {
             "cancelled {cancelled}, expired {expired}"
         );
         if cancelled {
-            slot.release(); // the worker processes the queued cancellation
+            release(slot); // the worker processes the queued cancellation
         }
-        slot.release(); // the handle
+        release(slot); // the handle
         assert_eq!(tally.ran.load(Ordering::SeqCst), usize::from(expired));
         assert_eq!(tally.dropped.load(Ordering::SeqCst), 1);
         close_and_check_released(&p);
@@ -246,11 +237,153 @@ fn the_last_two_references_dropped_at_once_free_the_slot_once() {
         let p = producer();
         let tally = Arc::new(Tally::default());
         let slot = slot_of(&p, 2, &tally);
-        let other = thread::spawn(move || slot.release());
-        slot.release();
+        let other = thread::spawn(move || release(slot));
+        release(slot);
         other.join().unwrap();
         assert_eq!(tally.dropped.load(Ordering::SeqCst), 1);
         assert_eq!(tally.ran.load(Ordering::SeqCst), 0);
         close_and_check_released(&p);
+    });
+}
+
+/// A timer whose worker counts as started but never runs: the models play
+/// its exit (what `stop()` makes the worker do) on a model thread.
+fn started_timer() -> (super::HashedWheelTimer, Arc<Shared>) {
+    let timer = super::HashedWheelTimer::builder()
+        .clock(ManualClock::new())
+        .build()
+        .expect("valid arguments");
+    let shared = Arc::clone(&timer.handle.shared);
+    shared.state.store(WORKER_STARTED, Ordering::SeqCst);
+    shared.publish_start(0);
+    (timer, shared)
+}
+
+/// `stop()`, as the stopping thread and the exiting worker do it.
+fn stop(shared: Arc<Shared>) -> Vec<Timeout> {
+    shared.state.store(WORKER_SHUTDOWN, Ordering::SeqCst);
+    super::worker::exit_for_model(shared)
+}
+
+#[test]
+fn new_timeout_and_cancel_racing_stop_lose_nothing_and_free_everything() {
+    loom::model(|| {
+        let (timer, shared) = started_timer();
+        let tally = Arc::new(Tally::default());
+        let stopper = {
+            let shared = Arc::clone(&shared);
+            thread::spawn(move || stop(shared))
+        };
+        let producer = {
+            let timer = timer.clone();
+            let task = task::<0>(&tally);
+            thread::spawn(move || {
+                // The real `new_timeout`: the lookup (`mine`), which
+                // registers this thread's producer, the slot from its pool,
+                // the push; then the real `cancel`.
+                let scheduled = timer.new_timeout(std::time::Duration::ZERO, task);
+                let cancelled = scheduled.as_ref().ok().map(Timeout::cancel);
+                local::leave_thread();
+                (scheduled, cancelled)
+            })
+        };
+        let never_ran = stopper.join().unwrap();
+        let (scheduled, cancelled) = producer.join().unwrap();
+        match (&scheduled, cancelled) {
+            (Ok(t), Some(cancelled)) => {
+                let returned = never_ran.iter().any(|n| n.ptr_eq(t));
+                assert!(
+                    cancelled != returned,
+                    "cancelled {cancelled}, returned by stop {returned}"
+                );
+            }
+            (Err(e), _) => {
+                assert!(matches!(e, TimerError::Stopped), "{e:?}");
+                assert!(never_ran.is_empty());
+            }
+            (Ok(_), None) => unreachable!("a scheduled timeout was not cancelled"),
+        }
+        assert_eq!(shared.pending(), 0, "every timeout counted out");
+        assert_eq!(tally.ran.load(Ordering::SeqCst), 0);
+        assert_eq!(tally.dropped.load(Ordering::SeqCst), 1, "dropped once");
+        // The producer's thread has left: its producer, ring and pool
+        // (chunks and all) go with the last slot; loom fails the model if
+        // the producer's `Arc` is still alive at the end.
+        drop((scheduled, never_ran, timer, shared));
+    });
+}
+
+#[test]
+fn a_lookup_racing_the_stop_of_the_cached_timer_frees_its_producer_once() {
+    loom::model(|| {
+        let (a, a_shared) = started_timer();
+        let (b, b_shared) = started_timer();
+        let tally = Arc::new(Tally::default());
+        // This thread schedules on A (caching A's producer), A is stopped
+        // meanwhile, and the thread's next lookup, for B, lets A's
+        // producer go (or finds it still open and keeps it).
+        let producer = {
+            let (a, b) = (a.clone(), b.clone());
+            let (task_a, task_b) = (task::<0>(&tally), task::<0>(&tally));
+            thread::spawn(move || {
+                let on_a = a.new_timeout(std::time::Duration::ZERO, task_a);
+                let on_b = b.new_timeout(std::time::Duration::ZERO, task_b);
+                assert!(on_b.is_ok(), "B refused: {on_b:?}");
+                local::leave_thread();
+                on_a.ok()
+            })
+        };
+        let stopped_a = stop(Arc::clone(&a_shared));
+        let on_a = producer.join().unwrap();
+        let stopped_b = stop(Arc::clone(&b_shared));
+        assert_eq!(stopped_b.len(), 1, "B's timeout never ran");
+        if let Some(t) = &on_a {
+            assert!(stopped_a.iter().any(|n| n.ptr_eq(t)));
+        }
+        assert_eq!(a_shared.pending() + b_shared.pending(), 0);
+        drop((on_a, stopped_a, stopped_b));
+        assert_eq!(tally.ran.load(Ordering::SeqCst), 0);
+        assert_eq!(tally.dropped.load(Ordering::SeqCst), 2);
+        // Loom fails the model if a producer's `Arc` (held by its pool
+        // while a slot lives) is still alive at the end.
+        drop((a, b, a_shared, b_shared));
+    });
+}
+
+#[test]
+fn a_pool_closing_while_its_slots_are_cancelled_and_freed_elsewhere_frees_once() {
+    loom::model(|| {
+        let p = producer();
+        let tally = Arc::new(Tally::default());
+        // Two handles' worth: one is cancelled, one expires, both on
+        // another thread, while the owner closes the pool (its thread
+        // leaves).
+        let cancelled = slot_of(&p, 1, &tally);
+        let expired = slot_of(&p, 1, &tally);
+        let other = thread::spawn(move || {
+            if cancelled.try_cancel(0) {
+                // SAFETY: this thread made the move to CANCELLED.
+                unsafe { cancelled.drop_task() };
+            }
+            release(cancelled);
+            let mut frees = Frees::new();
+            if expired.try_expire() {
+                // SAFETY: this thread made the move to EXPIRED.
+                unsafe { expired.run_task() };
+            }
+            release_into(expired, &mut frees);
+        });
+        // SAFETY: this model thread owns the pool.
+        unsafe { Pool::close(&p.pool) };
+        // SAFETY: as above.
+        assert!(unsafe { Producer::alloc(sync::Arc::as_ptr(&p)) }.is_none());
+        other.join().unwrap();
+        assert_eq!(tally.ran.load(Ordering::SeqCst), 1);
+        assert_eq!(tally.dropped.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            sync::Arc::strong_count(&p),
+            1,
+            "the chunks were not released once"
+        );
     });
 }

@@ -1,17 +1,47 @@
 //! The synchronisation primitives the timer's concurrent parts use: std
 //! and parking_lot in normal builds, loom's model-checked twins under
 //! `--cfg loom` (as tokio and crossbeam do), so that the loom tests
-//! (`loom.rs`) check the very code that runs.
+//! (`loom.rs`) check the very code that runs; and the calling thread's id
+//! (a thread-local, so loom's under loom too).
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
+
+/// The reference count of the producers (`producer.rs`), which loom must see
+/// to order a producer's last drop after the worker's last use.
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
+
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
+
+/// A mutex whose `lock` returns the guard (parking_lot's in normal builds).
+#[cfg(not(loom))]
+pub(crate) use parking_lot::Mutex;
+
+/// A mutex whose `lock` returns the guard (loom's, unwrapped: a model
+/// thread that panics fails the model anyway).
+#[cfg(loom)]
+#[derive(Debug)]
+pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+#[cfg(loom)]
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Mutex(loom::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// An `UnsafeCell` with loom's access API: every access goes through
 /// `with` / `with_mut`, which loom checks for data races.
@@ -40,3 +70,35 @@ impl<T> UnsafeCell<T> {
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
+
+static NEXT_THREAD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+#[cfg(not(loom))]
+thread_local! {
+    static THREAD_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// Under loom, threads are the model's: their ids must be too.
+#[cfg(loom)]
+loom::thread_local! {
+    static THREAD_ID: std::cell::Cell<u64> = std::cell::Cell::new(0);
+}
+
+/// A unique id of the calling thread (never reused), cheaper to compare
+/// than `std::thread::ThreadId`; `u64::MAX` while the thread's locals are
+/// being destroyed.
+#[inline]
+pub(crate) fn thread_id() -> u64 {
+    let id = |id: &std::cell::Cell<u64>| {
+        let mut v = id.get();
+        if v == 0 {
+            v = NEXT_THREAD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            id.set(v);
+        }
+        v
+    };
+    #[cfg(not(loom))]
+    return THREAD_ID.try_with(id).unwrap_or(u64::MAX);
+    #[cfg(loom)]
+    return THREAD_ID.with(id);
+}

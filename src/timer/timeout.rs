@@ -1,4 +1,4 @@
-//! The [`Timeout`] handle: one pointer to the timeout's slot (`slot.rs`),
+//! The [`Timeout`] handle: one pointer to the timeout's slot (`entry.rs`),
 //! counted in the slot's state word.
 //!
 //! # State
@@ -15,15 +15,18 @@
 //! worker: it queues a cancellation (with a reference of its own) on the
 //! calling thread's producer, or, when the calling thread pushed the
 //! timeout last and the worker has not claimed it yet, takes the timeout
-//! back out of the ring (`inbox.rs`, *unpublish*). Either way the worker
+//! back out of the ring (`ring.rs`, *unpublish*). Either way the worker
 //! counts it out at the next tick boundary.
 
 use std::fmt;
 use std::ptr;
 use std::time::Duration;
 
-use super::inbox::{self, Pushed, entry_of};
-use super::slot::{self, ST_CANCELLED, ST_EXPIRED, ST_INIT, SlotRef};
+use super::entry::{ST_CANCELLED, ST_EXPIRED, ST_INIT, SlotRef};
+use super::local;
+use super::pool::release;
+use super::producer::producer_of;
+use super::ring::{Pushed, entry_of};
 
 /// A handle on one scheduled task, returned by
 /// [`HashedWheelTimer::new_timeout`](super::HashedWheelTimer::new_timeout)
@@ -45,7 +48,7 @@ impl Clone for Timeout {
 
 impl Drop for Timeout {
     fn drop(&mut self) {
-        self.slot.release();
+        release(self.slot);
     }
 }
 
@@ -75,19 +78,18 @@ impl Timeout {
             return false;
         }
         let slot = self.slot;
-        let owner = slot::owner_of(slot.0);
-        // SAFETY: the slot's producer outlives its chunks, hence this slot.
-        let owner = unsafe { &*owner };
+        let owner = producer_of(slot);
         let key = owner.timer_key();
-        let outcome = inbox::mine(key, || owner.shared.upgrade()).map(|mine| {
+        let register = || owner.timer.upgrade().and_then(|timer| timer.register());
+        let outcome = local::mine(key, register).map(|mine| {
             let pending = entry_of(slot, false);
             // SAFETY: `mine` is this thread's producer.
-            if ptr::eq(&*mine, owner) && unsafe { mine.pushed_last(pending) } {
+            if ptr::eq(&*mine, owner) && unsafe { mine.ring.pushed_last(pending) } {
                 if !slot.try_cancel(0) {
                     return Cancelled::Lost;
                 }
                 // SAFETY: as above.
-                if unsafe { mine.unpublish(pending) } {
+                if unsafe { mine.ring.unpublish(pending) } {
                     return Cancelled::TakenBack;
                 }
                 slot.add_ref();
@@ -95,12 +97,12 @@ impl Timeout {
                 return Cancelled::Lost;
             }
             // SAFETY: as above; the entry carries the reference just added.
-            Cancelled::Queued(unsafe { mine.push(entry_of(slot, true), false) })
+            Cancelled::Queued(unsafe { mine.ring.push(entry_of(slot, true), false) })
         });
         let pushed = match outcome {
             Some(Cancelled::Lost) => return false,
             Some(Cancelled::TakenBack) => {
-                slot.release();
+                release(slot);
                 None
             }
             Some(Cancelled::Queued(pushed)) => Some(pushed),
@@ -114,17 +116,17 @@ impl Timeout {
         };
         match pushed {
             Some(Pushed::QueuedWake) => {
-                if let Some(shared) = owner.shared.upgrade() {
-                    shared.wake();
+                if let Some(timer) = owner.timer.upgrade() {
+                    timer.wake();
                 }
             }
             Some(Pushed::Closed) => {
                 // No worker will see it: count it out here.
-                if let Some(shared) = owner.shared.upgrade() {
-                    shared.count_out_elsewhere(1);
+                if let Some(timer) = owner.timer.upgrade() {
+                    timer.count_out_elsewhere(1);
                 }
                 if outcome.is_some() {
-                    slot.release();
+                    release(slot);
                 }
             }
             _ => {}

@@ -3,7 +3,7 @@
 //! # Ground rules
 //!
 //! * Only this thread touches the [`Wheel`]; producers reach it through
-//!   their rings (`inbox.rs`).
+//!   their rings (`ring.rs`, `producer.rs`).
 //! * Tick `t` is processed once the clock reads at least the end of `t`
 //!   (`start + (t+1)·tick`), so every timeout it fires has a deadline in the
 //!   past: nothing fires early.
@@ -36,37 +36,26 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use super::inbox::{Producer, slot_of};
-use super::slot::{Frees, SlotRef};
-use super::sync::Ordering;
-use super::wheel::{Placed, Wheel};
-use super::{
-    DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Job, Shared, TRANSFER_CAP, Timeout, nanos, run_task,
-};
+use super::clock::{Parker, nanos};
+use super::entry::SlotRef;
+use super::pool::{Frees, release, release_into};
+use super::producer::Producer;
+use super::ring::slot_of;
+use super::shared::{DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Shared};
+use super::sync::{self, Ordering};
+use super::task::{Job, borrowed_handle, catch_logged, drop_task_logged, run_task};
+use super::timeout::Timeout;
+use super::wheel::Wheel;
+
+/// Most timeouts the worker moves from the pending queue into buckets per
+/// tick, so that a producer adding in a tight loop cannot starve expiry.
+pub const TRANSFER_CAP: usize = 100_000;
 
 /// A timeout on its way to, or in, the wheel.
 pub(crate) type Pending = SlotRef;
 
 /// Deadline meaning "never" (a delay that overflowed).
 const NEVER: u64 = u64::MAX;
-
-/// Capacity of the fired list kept between ticks; a larger one, left by a
-/// burst, is released.
-const FIRED_KEEP: usize = 4096;
-
-impl Placed for SlotRef {
-    fn pos(&self) -> u32 {
-        SlotRef::pos(self)
-    }
-
-    fn set_pos(&self, pos: u32) {
-        SlotRef::set_pos(self, pos)
-    }
-
-    fn same(&self, other: &Self) -> bool {
-        self == other
-    }
-}
 
 struct Worker {
     shared: Arc<Shared>,
@@ -79,17 +68,14 @@ struct Worker {
     /// Timeouts moved into buckets for the tick `tick` so far (the cap is
     /// per processed tick, including a transfer made on waking up).
     transferred: usize,
-    /// Fired timeouts, released once the whole bucket has fired: freeing
-    /// memory is kept off the path between one task and the next.
-    fired: Vec<Pending>,
     /// New timeouts claimed and not yet placed, in order.
     batch: VecDeque<Pending>,
     /// Cancellations claimed and not yet counted out.
     cancels: Vec<Pending>,
-    /// Timeouts taken back unseen (see `inbox.rs`), not yet counted out.
+    /// Timeouts taken back unseen (see `ring.rs`), not yet counted out.
     unseen: u64,
     /// The producers, as of registry generation `generation`.
-    producers: Vec<Arc<Producer>>,
+    producers: Vec<sync::Arc<Producer>>,
     generation: u64,
     /// Timeouts this worker counted out; published in
     /// `Shared::removed_by_worker`.
@@ -100,33 +86,57 @@ struct Worker {
 /// timeouts that never ran (neither expired nor cancelled) and returns
 /// those whose cancellation it won, for `stop()`.
 pub(crate) fn run(shared: Arc<Shared>) -> Vec<Timeout> {
+    /// Tells the clock the worker is gone however it leaves (a manual
+    /// clock would otherwise wait for it to settle).
+    struct Exit(Parker);
+    impl Drop for Exit {
+        fn drop(&mut self) {
+            self.0.exit();
+        }
+    }
+    let _exit = Exit(shared.parker.clone());
     shared.clock.attach(&shared.parker);
     let _ = shared.worker_id.set(thread::current().id());
     let start = nanos(shared.clock.now());
     shared.publish_start(start);
-    let mut worker = Worker {
-        wheel: Wheel::new(shared.wheel_len),
-        tick: 0,
-        start,
-        tick_ns: shared.tick_ns,
-        transferred: 0,
-        fired: Vec::new(),
-        batch: VecDeque::new(),
-        cancels: Vec::new(),
-        unseen: 0,
-        producers: Vec::new(),
-        generation: u64::MAX,
-        removed: 0,
-        shared,
-    };
+    let mut worker = Worker::new(shared, start);
     worker.run_loop();
-    let leftovers = worker.collect_leftovers();
-    let never_ran = worker.shared.cancel_all(leftovers);
-    worker.shared.parker.exit();
-    never_ran
+    worker.finish()
+}
+
+/// The worker's exit alone, as `stop()` makes it happen, on a timer whose
+/// worker never ran (the loom models play the worker's exit on the
+/// calling model thread).
+#[cfg(all(test, loom))]
+pub(crate) fn exit_for_model(shared: Arc<Shared>) -> Vec<Timeout> {
+    Worker::new(shared, 0).finish()
 }
 
 impl Worker {
+    fn new(shared: Arc<Shared>, start: u64) -> Worker {
+        Worker {
+            wheel: Wheel::new(shared.wheel_len),
+            tick: 0,
+            start,
+            tick_ns: shared.tick_ns,
+            transferred: 0,
+            batch: VecDeque::new(),
+            cancels: Vec::new(),
+            unseen: 0,
+            producers: Vec::new(),
+            generation: u64::MAX,
+            removed: 0,
+            shared,
+        }
+    }
+
+    /// The worker's exit: closes the rings and cancels every timeout that
+    /// never ran; returns those whose cancellation it won, for `stop()`.
+    fn finish(mut self) -> Vec<Timeout> {
+        let leftovers = self.collect_leftovers();
+        cancel_all(&self.shared, leftovers)
+    }
+
     /// Due tick of a deadline: the tick that contains it.
     fn due_tick(start: u64, tick_ns: u64, deadline: u64) -> u64 {
         if deadline == NEVER {
@@ -179,7 +189,7 @@ impl Worker {
                 || !self.cancels.is_empty()
                 || self.unseen > 0
                 // SAFETY: this is the worker thread.
-                || self.producers.iter().any(|p| unsafe { p.has_input() });
+                || self.producers.iter().any(|p| unsafe { p.ring.has_input() });
             let next_due = self.wheel.next_due(self.tick).map(|t| t.max(self.tick));
             let wake_tick = if has_input || awake_through == Some(self.tick) {
                 Some(self.tick)
@@ -198,7 +208,7 @@ impl Worker {
                 shared.doze.store(DOZE_DOZING, Ordering::SeqCst);
                 raced = shared.generation.load(Ordering::SeqCst) != self.generation
                     // SAFETY: this is the worker thread.
-                    || !self.producers.iter().all(|p| unsafe { p.arm() });
+                    || !self.producers.iter().all(|p| unsafe { p.ring.arm() });
             }
             if !raced && !shared.is_shutdown() {
                 let deadline = wake_tick.and_then(|t| self.end_of(t));
@@ -209,7 +219,7 @@ impl Worker {
             let doze = shared.doze.swap(DOZE_AWAKE, Ordering::SeqCst);
             if dozing {
                 for p in &self.producers {
-                    p.disarm();
+                    p.ring.disarm();
                 }
                 // A producer or canceller that woke us did so at `woken_at`:
                 // what it pushed belongs to that tick, even if the clock
@@ -254,7 +264,7 @@ impl Worker {
             let orphaned = p.is_orphaned();
             // SAFETY: this is the worker thread.
             let unseen = unsafe {
-                p.claim(|entry| {
+                p.ring.claim(|entry| {
                     let (slot, cancel) = slot_of(entry);
                     if cancel {
                         cancels.push(slot);
@@ -272,10 +282,11 @@ impl Worker {
             reg.list.retain(|p| {
                 let gone = p.is_orphaned() && {
                     // SAFETY: this is the worker thread.
-                    !unsafe { p.has_input() }
+                    !unsafe { p.ring.has_input() }
                 };
                 if gone {
-                    retired_added += p.added();
+                    // SAFETY: this is the worker thread.
+                    retired_added += unsafe { p.ring.accepted() };
                 }
                 !gone
             });
@@ -333,9 +344,9 @@ impl Worker {
             if let Some(placed) = self.wheel.remove(&slot, tick, |e| {
                 Self::due_tick(start, tick_ns, e.deadline())
             }) {
-                placed.release_into(&mut frees);
+                release_into(placed, &mut frees);
             }
-            slot.release_into(&mut frees);
+            release_into(slot, &mut frees);
         }
         drop(frees);
         if counted > 0 {
@@ -357,7 +368,7 @@ impl Worker {
             self.transferred += 1;
             if entry.is_cancelled() {
                 // Its cancellation, queued too, counts it out.
-                entry.release();
+                release(entry);
                 continue;
             }
             let due = Self::due_tick(self.start, self.tick_ns, entry.deadline());
@@ -370,10 +381,10 @@ impl Worker {
                 );
                 if entry.try_cancel(0) {
                     // SAFETY: we made the move out of `INIT`.
-                    unsafe { entry.drop_task() };
+                    unsafe { drop_task_logged(entry) };
                     self.count_out(1);
                 }
-                entry.release();
+                release(entry);
             }
         }
         self.batch.is_empty()
@@ -383,13 +394,21 @@ impl Worker {
     #[inline(never)]
     fn expire(&mut self, now: u64) {
         let (start, tick_ns, tick) = (self.start, self.tick_ns, self.tick);
+        let tick_end = self.end_of(tick);
         let shared = &self.shared;
-        let fired = &mut self.fired;
         let removed = &mut self.removed;
         let mut handed_over = false;
+        // Each fired slot is released at once, while its memory is at hand
+        // (a second pass over a large bucket would fetch every slot again).
+        let mut frees = Frees::new();
         self.wheel.expire(
             tick,
             |e| Self::due_tick(start, tick_ns, e.deadline()),
+            |e| {
+                is_due(tick_end, e.deadline(), || {
+                    Self::due_tick(start, tick_ns, e.deadline()) <= tick
+                })
+            },
             |entry| {
                 debug_assert!(
                     entry.deadline() <= now,
@@ -397,22 +416,17 @@ impl Worker {
                     entry.deadline()
                 );
                 match fire(shared, removed, entry) {
-                    Fired::Here(done) => fired.push(done),
+                    Fired::Here(done) => release_into(done, &mut frees),
                     Fired::HandedOver => handed_over = true,
-                    Fired::No(entry) => fired.push(entry),
+                    Fired::No(entry) => release_into(entry, &mut frees),
                 }
             },
         );
-        if handed_over && let Some(executor) = &shared.executor {
-            executor.end_of_tick();
-        }
-        let mut frees = Frees::new();
-        for entry in self.fired.drain(..) {
-            entry.release_into(&mut frees);
-        }
         drop(frees);
-        if self.fired.capacity() > FIRED_KEEP {
-            self.fired = Vec::new();
+        if handed_over && let Some(executor) = &shared.executor {
+            catch_logged("the executor's end_of_tick", None, || {
+                executor.end_of_tick()
+            });
         }
     }
 
@@ -428,7 +442,7 @@ impl Worker {
         };
         let mut cancelled = std::mem::take(&mut self.unseen) + self.cancels.len() as u64;
         for slot in self.cancels.drain(..) {
-            slot.release();
+            release(slot);
         }
         let mut retired_added = 0;
         for p in &list {
@@ -438,14 +452,17 @@ impl Worker {
                     let (slot, cancel) = slot_of(entry);
                     if cancel {
                         cancelled += 1;
-                        slot.release();
+                        release(slot);
                     } else {
                         leftovers.push(slot);
                     }
                 })
             };
             cancelled += u64::from(unseen);
-            retired_added += p.added();
+            // Not `added()`: a push racing the close may still count a
+            // timeout it is about to take back.
+            // SAFETY: this is the worker thread, and the ring is closed.
+            retired_added += unsafe { p.ring.accepted() };
         }
         {
             let mut reg = self.shared.producers.lock();
@@ -461,13 +478,25 @@ impl Worker {
         }
         leftovers.retain(|e| {
             if e.is_cancelled() {
-                e.release();
+                release(*e);
                 false
             } else {
                 true
             }
         });
         leftovers
+    }
+}
+
+/// Whether a deadline is due by the end of the tick that ends at
+/// `tick_end` (see `Worker::end_of`): `due_tick(deadline) <= tick` without
+/// the division, since the tick of a deadline is at most `tick` exactly when
+/// the deadline comes before that tick's end (`NEVER` never does: `tick_end`
+/// is below `u64::MAX`). `slow` answers for a tick that never ends.
+fn is_due(tick_end: Option<u64>, deadline: u64, slow: impl FnOnce() -> bool) -> bool {
+    match tick_end {
+        Some(end) => deadline < end,
+        None => slow(),
     }
 }
 
@@ -502,20 +531,87 @@ fn fire(shared: &Shared, removed: &mut u64, slot: Pending) -> Fired {
     count_out(shared, removed, 1);
     match &shared.executor {
         None => {
-            let handle = slot.borrowed_handle();
+            let handle = borrowed_handle(slot);
             run_task(&handle);
             Fired::Here(slot)
         }
         Some(executor) => {
-            if let Err(job) = executor.execute(Job::new(Timeout { slot })) {
+            // A panic in `execute` is caught: the job, dropped as it
+            // unwinds, drops the task (or the executor kept it).
+            let deadline = Some(slot.deadline_duration());
+            let mut rejected = None;
+            catch_logged("the executor's execute", deadline, || {
+                rejected = executor.execute(Job::new(Timeout { slot })).err();
+            });
+            if let Some(job) = rejected {
                 tracing::warn!(
                     target: "redwheel::timer",
-                    deadline = ?job.timeout().deadline(),
+                    deadline = ?deadline,
                     "the executor rejected an expired timer task; it will not run"
                 );
-                drop(job);
+                catch_logged("a timer task's drop", deadline, || drop(job));
             }
             Fired::HandedOver
+        }
+    }
+}
+
+/// Cancels the timeouts the worker collected at its exit and returns those
+/// whose cancellation succeeded (a concurrent user `cancel` may have won).
+/// They left the wheel and the rings with the final collection, so no ring
+/// is involved: they are counted out here.
+fn cancel_all(shared: &Shared, leftovers: Vec<Pending>) -> Vec<Timeout> {
+    let mut never_ran = Vec::with_capacity(leftovers.len());
+    let mut frees = Frees::new();
+    for slot in leftovers {
+        if slot.try_cancel(0) {
+            // SAFETY: we made the move out of `INIT`: the task is ours. A
+            // panic in its drop is caught: the others still go.
+            unsafe { drop_task_logged(slot) };
+            // The worker's reference becomes the returned handle.
+            never_ran.push(Timeout { slot });
+        } else {
+            release_into(slot, &mut frees);
+        }
+    }
+    drop(frees);
+    shared.count_out_elsewhere(never_ran.len() as u64);
+    never_ran
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// `is_due` agrees with the due tick's division for every deadline
+    /// around the ends of a few ticks, with starts and tick lengths that do
+    /// and do not divide evenly, and for `NEVER`.
+    #[test]
+    fn is_due_agrees_with_the_due_tick() {
+        for start in [0u64, 7, 1_000_003] {
+            for tick_ns in [1u64, 3, 1_000_000] {
+                for tick in [0u64, 1, 2, 511, 512, 1_000] {
+                    let end = (tick + 1)
+                        .checked_mul(tick_ns)
+                        .and_then(|d| d.checked_add(start))
+                        .filter(|&e| e != u64::MAX);
+                    let around = end.unwrap_or(u64::MAX - 2);
+                    let deadlines = (around.saturating_sub(5)..around.saturating_add(5)).chain([
+                        0,
+                        start.saturating_sub(1),
+                        start,
+                        NEVER,
+                    ]);
+                    for deadline in deadlines {
+                        let exact = Worker::due_tick(start, tick_ns, deadline) <= tick;
+                        assert_eq!(
+                            is_due(end, deadline, || exact),
+                            exact,
+                            "start {start} tick_ns {tick_ns} tick {tick} deadline {deadline}"
+                        );
+                    }
+                }
+            }
         }
     }
 }

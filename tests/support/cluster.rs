@@ -47,10 +47,21 @@ impl RedisCluster {
     /// As [`start`](RedisCluster::start), with more `redis-server`
     /// arguments for every node.
     pub fn start_with(extra: &[&str]) -> RedisCluster {
+        RedisCluster::build(NODE_TIMEOUT_MS, extra)
+    }
+
+    /// As [`start`](RedisCluster::start), with a cluster node timeout of
+    /// `node_timeout_ms`: a long one keeps a stopped master a master (no
+    /// failover) for that long.
+    pub fn start_with_node_timeout(node_timeout_ms: u64) -> RedisCluster {
+        RedisCluster::build(node_timeout_ms, &[])
+    }
+
+    fn build(node_timeout_ms: u64, extra: &[&str]) -> RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..6 {
             let bus = free_port().to_string();
-            let timeout = NODE_TIMEOUT_MS.to_string();
+            let timeout = node_timeout_ms.to_string();
             let mut args = vec![
                 "--cluster-enabled",
                 "yes",
@@ -119,6 +130,40 @@ impl RedisCluster {
         let urls = self.urls();
         let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
         redwheel::Redwheel::connect_cluster(&seeds).unwrap()
+    }
+
+    /// Seed URLs for the ACL user `user` with password `password`.
+    pub fn urls_as(&self, user: &str, password: &str) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://{user}:{password}@127.0.0.1:{}/", n.port()))
+            .collect()
+    }
+
+    /// Runs `ACL SETUSER name` with `rules` on every live node (ACLs are
+    /// each node's own).
+    pub fn acl_setuser(&self, name: &str, rules: &[&str]) {
+        for n in self.nodes.iter().filter(|n| n.is_running()) {
+            let mut args = vec!["ACL", "SETUSER", name];
+            args.extend_from_slice(rules);
+            let reply = n.cmd(&args);
+            assert_eq!(reply.trim(), "+OK", "ACL SETUSER {rules:?}: {reply}");
+        }
+    }
+
+    /// The port of the replica of the master on `master`.
+    pub fn replica_of(&self, master: u16) -> u16 {
+        let nodes = self.nodes();
+        let id = &nodes
+            .iter()
+            .find(|n| n.port == master)
+            .expect("a known master")
+            .id;
+        nodes
+            .iter()
+            .find(|n| n.master_id.as_ref() == Some(id) && !n.failed)
+            .unwrap_or_else(|| panic!("no replica of {master}: {nodes:?}"))
+            .port
     }
 
     /// The node listening on `port`.
@@ -339,6 +384,16 @@ impl Drop for RedisCluster {
                 self.nodes.iter().map(|n| n.port()).collect::<Vec<_>>()
             );
         }
+    }
+}
+
+/// Polls `done` every 10 ms until it holds; panics naming `what` after
+/// `limit` (a hang guard for cluster tests, not a timing claim).
+pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let give_up = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < give_up, "hang guard: {what}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

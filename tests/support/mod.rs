@@ -10,6 +10,7 @@
 //! test is panicking, the server log is printed first.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cluster;
 #[cfg(feature = "metrics")]
 pub mod metrics;

@@ -109,7 +109,9 @@ impl Rule {
 
     /// For [`Fault::LoseReply`] and [`Fault::DropMidReply`]: once the
     /// reply was discarded (the rule [fired](RuleHandle::fired)), keep the
-    /// client's connection open until [`RuleHandle::release`].
+    /// client's connection open until [`RuleHandle::release`]. For
+    /// [`Fault::Forward`]: hold the reply back until then (a delay the
+    /// test ends when it chooses).
     pub fn hold(mut self) -> Rule {
         self.hold = true;
         self

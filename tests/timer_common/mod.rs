@@ -4,7 +4,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use redwheel::timer::{HashedWheelTimer, ManualClock, Timeout};
@@ -102,4 +102,25 @@ impl LogBuf {
             .map(str::to_owned)
             .collect()
     }
+}
+
+/// A `tracing` subscriber that writes into `buf`.
+pub fn subscriber_into(buf: &LogBuf) -> impl tracing::Subscriber + Send + Sync + 'static {
+    let buf = buf.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || buf.clone())
+        .with_ansi(false)
+        .finish()
+}
+
+/// The process-wide log, for events logged on worker threads. Installed once
+/// per test binary; tests share it, so they look for text only they produce.
+pub fn global_log() -> &'static LogBuf {
+    static LOG: OnceLock<LogBuf> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let buf = LogBuf::default();
+        tracing::subscriber::set_global_default(subscriber_into(&buf))
+            .expect("nothing else sets the global subscriber");
+        buf
+    })
 }

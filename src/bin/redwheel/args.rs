@@ -139,6 +139,123 @@ pub enum Command {
         #[arg(default_value = "*")]
         pattern: String,
     },
+    /// Serves the web dashboard until interrupted (README, "Dashboard").
+    Web(WebArgs),
+    /// The recurring schedules of a queue: definition, next runs, last fired, paused.
+    Schedules {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+        /// How many next runs to show per schedule.
+        #[arg(short = 'n', long = "next", default_value_t = 3, value_name = "N")]
+        next: usize,
+    },
+    /// Changes a recurring schedule of a queue: set, remove (unschedule), pause, resume.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
+}
+
+/// `redwheel schedule …`.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Creates or replaces a schedule (the same definition and payload change nothing).
+    Set {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+        /// The schedule's name within the queue.
+        name: String,
+        /// The payload each occurrence carries (its bytes as given).
+        payload: String,
+        /// A fixed period: 500ms, 10s, 5m, 1h, or a bare number of seconds.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "cron", required_unless_present = "cron")]
+        every: Option<Duration>,
+        /// A cron expression (5 fields, or 6 with seconds first), e.g. '0 3 * * *'.
+        #[arg(long, value_parser = cron_expr, value_name = "EXPR")]
+        cron: Option<String>,
+        /// The IANA time zone the cron expression is read in (default UTC).
+        #[arg(long = "tz", value_parser = time_zone, value_name = "ZONE", requires = "cron")]
+        tz: Option<String>,
+        /// What to fire for occurrences missed while nothing ran: skip, latest, or all:N.
+        #[arg(long = "catch-up", value_parser = catch_up, value_name = "POLICY", default_value = "latest")]
+        catch_up: redwheel::schedule::CatchUp,
+    },
+    /// Deletes a schedule (occurrences already offered stay in the queue).
+    #[command(visible_alias = "unschedule")]
+    Remove {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+        /// The schedule's name.
+        name: String,
+    },
+    /// Pauses a schedule (what falls while it is paused is not owed).
+    Pause {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+        /// The schedule's name.
+        name: String,
+    },
+    /// Resumes a paused schedule from its next occurrence.
+    Resume {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+        /// The schedule's name.
+        name: String,
+    },
+}
+
+/// A cron expression, checked as the library checks it.
+fn cron_expr(s: &str) -> Result<String, String> {
+    redwheel::schedule::Schedule::cron(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// An IANA time zone the bundled database knows.
+fn time_zone(s: &str) -> Result<String, String> {
+    redwheel::schedule::Schedule::cron("* * * * *")
+        .and_then(|c| c.time_zone(s))
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// `skip`, `latest` or `all:N`.
+fn catch_up(s: &str) -> Result<redwheel::schedule::CatchUp, String> {
+    use redwheel::schedule::{CatchUp, MAX_CATCH_UP};
+    match s {
+        "skip" => Ok(CatchUp::Skip),
+        "latest" => Ok(CatchUp::Latest),
+        _ => s
+            .strip_prefix("all:")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| (1..=MAX_CATCH_UP).contains(n))
+            .map(|max| CatchUp::All { max })
+            .ok_or_else(|| {
+                format!("`{s}` is not a catch-up policy: use skip, latest or all:N (N from 1 to {MAX_CATCH_UP})")
+            }),
+    }
+}
+
+/// `redwheel web`'s options.
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1:7780", value_name = "HOST:PORT")]
+    pub listen: String,
+    /// Actions need `Authorization: Bearer <TOKEN>` (the page asks for it).
+    #[arg(
+        long,
+        env = "REDWHEEL_WEB_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Refuse every action and show no action button.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 /// Which state `peek` lists (one of; ready by default).
@@ -249,6 +366,21 @@ mod tests {
         for bad in ["", "100", "/1s", "0/1s", "5/0s", "5/1x", "-1/1s"] {
             assert!(parse_rate(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn catch_up_policies_are_skip_latest_or_all_n() {
+        use redwheel::schedule::CatchUp;
+        assert_eq!(catch_up("skip"), Ok(CatchUp::Skip));
+        assert_eq!(catch_up("latest"), Ok(CatchUp::Latest));
+        assert_eq!(catch_up("all:3"), Ok(CatchUp::All { max: 3 }));
+        for bad in ["", "all", "all:0", "all:x", "all:10001", "Latest"] {
+            assert!(catch_up(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(cron_expr("0 3 * * *").is_ok());
+        assert!(cron_expr("0 25 * * *").is_err());
+        assert!(time_zone("Europe/Berlin").is_ok());
+        assert!(time_zone("Mars/Olympus").is_err());
     }
 
     #[test]

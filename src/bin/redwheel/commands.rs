@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::args::{Cli, Command, LiftArg, StateArg};
 use crate::out::{self, Table};
+use crate::schedules;
 use crate::{Failure, code};
 
 /// Ready messages sampled per queue for `watch`'s ready-age quantiles.
@@ -47,11 +48,14 @@ pub fn run(rw: &Redwheel, cli: &Cli) -> Result<(), Failure> {
         Command::Pause { queue } => pause(rw, queue, true, json),
         Command::Resume { queue } => pause(rw, queue, false, json),
         Command::Locks { pattern } => locks(rw, pattern, json),
+        Command::Web(args) => crate::web::serve(rw, args, json),
+        Command::Schedules { queue, next } => schedules::list(rw, queue, *next, json),
+        Command::Schedule(c) => schedules::change(rw, c, json),
     }
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends the program quietly.
-fn emit(text: &str) {
+pub fn emit(text: &str) {
     let mut stdout = std::io::stdout().lock();
     let written = stdout
         .write_all(text.as_bytes())
@@ -65,7 +69,7 @@ fn emit(text: &str) {
     }
 }
 
-fn emit_json(v: &Value) {
+pub fn emit_json(v: &Value) {
     let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".to_owned());
     emit(&format!("{text}\n"));
 }
@@ -94,13 +98,13 @@ fn inspectors(rw: &Redwheel, names: &[String]) -> Result<Vec<QueueInspector>, Fa
     names.iter().map(|n| existing(rw, n)).collect()
 }
 
-fn epoch_ms(t: SystemTime) -> u64 {
+pub fn epoch_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
 
-fn or_dash(v: Option<String>) -> String {
+pub fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".to_owned())
 }
 

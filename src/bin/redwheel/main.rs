@@ -10,6 +10,8 @@
 mod args;
 mod commands;
 mod out;
+mod schedules;
+mod web;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -105,7 +107,7 @@ fn clap_message(e: &clap::Error) -> String {
         e.kind(),
         K::DisplayHelpOnMissingArgumentOrSubcommand | K::MissingSubcommand
     ) {
-        return "a command is needed: stats, peek, dead, requeue-dead, remove, offer, watch, limits, pause, resume or locks (see --help)".to_owned();
+        return "a command is needed: stats, peek, dead, requeue-dead, remove, offer, watch, limits, pause, resume, locks, schedules, schedule or web (see --help)".to_owned();
     }
     let text = e.to_string();
     let mut parts = Vec::new();

@@ -128,16 +128,10 @@ pub fn human_ms(ms: u64) -> String {
 
 /// An instant (epoch ms) as UTC, ISO 8601 with ms: `2026-11-24T04:10:05.123Z`.
 pub fn utc(epoch_ms: u64) -> String {
-    let secs = epoch_ms / 1_000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600,
-        (rem % 3_600) / 60,
-        rem % 60,
-        epoch_ms % 1_000
-    )
+    match jiff::Timestamp::from_millisecond(i64::try_from(epoch_ms).unwrap_or(i64::MAX)) {
+        Ok(t) => t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        Err(_) => format!("{epoch_ms} ms after the epoch"),
+    }
 }
 
 /// An instant relative to `now` (both epoch ms): `in 9.5s` or `3.2s ago`.
@@ -147,21 +141,6 @@ pub fn relative(at_ms: u64, now_ms: u64) -> String {
     } else {
         format!("{} ago", human_ms(now_ms - at_ms))
     }
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 /// The `q`-quantile (0..=1) of `sorted` by nearest rank; `None` if empty.

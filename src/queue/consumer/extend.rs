@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::running::{Inner, Running, retry_delay};
 use crate::error::Error;
-use crate::queue::delivery::{count_nack, nack_keys};
+use crate::queue::delivery::{count_nack, extend_keys, nack_keys};
 use crate::queue::state::QueueState;
 use crate::runtime::{Commands, Job, Next};
 use crate::scripts::{self, MAX_DUE_MS};
@@ -71,9 +71,8 @@ impl Job for ExtendJob {
             } else {
                 redis::cmd("EVALSHA")
                     .arg(scripts::EXTEND.get_hash())
-                    .arg(2)
-                    .arg(&self.state.keys.inflight)
-                    .arg(&self.state.keys.lease)
+                    .arg(3)
+                    .arg(&extend_keys(&self.state.keys)[..])
                     .arg(&r.id)
                     .arg(&r.token)
                     .arg(self.visibility_ms)

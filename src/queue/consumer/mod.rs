@@ -25,18 +25,22 @@
 //! (the claimer and worker threads), `extend.rs` (the visibility job).
 
 mod extend;
-mod running;
+pub(super) mod running;
+#[cfg(feature = "async")]
+mod stream;
 mod worker;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+
+#[cfg(feature = "async")]
+pub use self::stream::Deliveries;
 
 use self::extend::ExtendJob;
 use self::running::{Inner, Running};
@@ -75,7 +79,8 @@ impl fmt::Debug for Consumer {
 type Release = Box<dyn Fn(&[Running]) + Send + Sync>;
 
 impl Consumer {
-    /// Messages acked so far.
+    /// Messages acked so far (an ack that found its message gone, removed
+    /// meanwhile, is not counted).
     pub fn handled(&self) -> u64 {
         self.inner.handled.load(Ordering::Relaxed)
     }
@@ -191,33 +196,8 @@ impl<T: Codec> Queue<T> {
         if rt.is_shut_down() {
             return Err(self.tag(crate::runtime::shut_down()));
         }
-        let inner = Arc::new(Inner {
-            stop: AtomicBool::new(false),
-            abandon: AtomicBool::new(false),
-            running: Mutex::new(HashMap::new()),
-            handled: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-        });
-        // The extension job: one per consumer pool, on the shared driver.
-        let period = (self.visibility / 3).max(Duration::from_millis(1));
-        let key = format!(
-            "consumer {} {}",
-            self.state.name,
-            CONSUMERS.fetch_add(1, Ordering::Relaxed)
-        );
-        let job = Arc::new(ExtendJob {
-            inner: Arc::clone(&inner),
-            state: Arc::clone(&self.state),
-            slot: slot(self.state.keys.inflight.as_bytes()),
-            visibility_ms: self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64,
-            period,
-            handler_timeout: options.handler_timeout,
-            retry_min: options.retry_min,
-            retry_max: options.retry_max,
-            max_deliveries: self.max_deliveries,
-            sent: Mutex::new(Vec::new()),
-        });
-        rt.driver.register(&key, job, Deadline::After(period), None);
+        let inner = Inner::new();
+        let key = self.start_extension(&inner, &options);
         let (done_tx, done) = crossbeam_channel::unbounded();
         let handler = Arc::new(handler);
         let run: RunHandler<T> = {
@@ -320,6 +300,35 @@ impl<T: Codec> Queue<T> {
             unregister: Box::new(unregister),
             grace: options.shutdown_grace,
         })
+    }
+
+    /// Registers the extension job of a consumer (a pool, or a stream of
+    /// deliveries) whose running messages are `inner.running`; returns
+    /// its driver key.
+    fn start_extension(&self, inner: &Arc<Inner>, options: &ConsumerOptions) -> String {
+        // One per consumer, on the shared driver.
+        let period = (self.visibility / 3).max(Duration::from_millis(1));
+        let key = format!(
+            "consumer {} {}",
+            self.state.name,
+            CONSUMERS.fetch_add(1, Ordering::Relaxed)
+        );
+        let job = Arc::new(ExtendJob {
+            inner: Arc::clone(inner),
+            state: Arc::clone(&self.state),
+            slot: slot(self.state.keys.inflight.as_bytes()),
+            visibility_ms: self.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64,
+            period,
+            handler_timeout: options.handler_timeout,
+            retry_min: options.retry_min,
+            retry_max: options.retry_max,
+            max_deliveries: self.max_deliveries,
+            sent: Mutex::new(Vec::new()),
+        });
+        self.rt()
+            .driver
+            .register(&key, job, Deadline::After(period), None);
+        key
     }
 
     /// Gives a running message back with no delay (shutdown).

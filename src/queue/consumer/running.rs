@@ -4,11 +4,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
+#[cfg(feature = "async")]
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::runtime::Backoff;
+#[cfg(feature = "async")]
+use crate::runtime::{Cell, Runtime};
 
 /// What the workers and the extension job share.
 pub(super) struct Inner {
@@ -19,6 +23,19 @@ pub(super) struct Inner {
     pub(super) running: Mutex<HashMap<usize, Running>>,
     pub(super) handled: AtomicU64,
     pub(super) failed: AtomicU64,
+}
+
+impl Inner {
+    /// Nothing running, nothing stopped.
+    pub(super) fn new() -> Arc<Inner> {
+        Arc::new(Inner {
+            stop: AtomicBool::new(false),
+            abandon: AtomicBool::new(false),
+            running: Mutex::new(HashMap::new()),
+            handled: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
 }
 
 /// A message a worker is handling.
@@ -35,4 +52,60 @@ pub(crate) struct Running {
 /// Retry delay after attempt `attempt` failed.
 pub(super) fn retry_delay(min: Duration, max: Duration, attempt: u32) -> Duration {
     Backoff::nth(min, max, attempt.max(1))
+}
+
+#[cfg(feature = "async")]
+/// What a stream and the deliveries it handed out share: the running map
+/// the extension job reads, and the job's registration (ended when the
+/// last of them is gone).
+pub(super) struct Shared {
+    pub(super) inner: Arc<Inner>,
+    pub(super) rt: Arc<Runtime>,
+    pub(super) key: String,
+    pub(super) next: AtomicUsize,
+    /// Fired when a held delivery is done (room for another claim).
+    pub(super) room: Mutex<Arc<Cell>>,
+}
+
+#[cfg(feature = "async")]
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.rt.driver.unregister(&self.key);
+    }
+}
+
+#[cfg(feature = "async")]
+/// A delivery held by a stream: extended until acked, nacked or dropped.
+pub(crate) struct Held {
+    shared: Arc<Shared>,
+    key: usize,
+    done: AtomicBool,
+}
+
+#[cfg(feature = "async")]
+impl Held {
+    /// Held as `key` in `shared`'s running map.
+    pub(super) fn new(shared: &Arc<Shared>, key: usize) -> Held {
+        Held {
+            shared: Arc::clone(shared),
+            key,
+            done: AtomicBool::new(false),
+        }
+    }
+
+    /// Done with it (acked, nacked, dropped): no longer extended.
+    pub(crate) fn done(&self) {
+        if !self.done.swap(true, Ordering::AcqRel) {
+            self.shared.inner.running.lock().remove(&self.key);
+            let room = Arc::clone(&self.shared.room.lock());
+            room.fire();
+        }
+    }
+}
+
+#[cfg(feature = "async")]
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.done();
+    }
 }

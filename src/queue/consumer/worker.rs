@@ -107,15 +107,14 @@ pub(super) fn dispatch<T: Codec>(
             opts.poll
         };
         let claimed = match q.claim_acking(&acks, free, wait) {
-            Ok((claimed, refused)) => {
+            Ok(got) => {
                 backoff.reset();
-                let acked = acks.len() as u64 - refused.min(acks.len() as u64);
-                inner.handled.fetch_add(acked, Ordering::Relaxed);
-                if refused > 0 {
-                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, refused, "consumer: a message was delivered again before its handler's ack; that result is dropped");
+                inner.handled.fetch_add(got.acked, Ordering::Relaxed);
+                if got.refused > 0 {
+                    tracing::warn!(target: "redwheel::queue", queue = %q.state.name, refused = got.refused, "consumer: a message was delivered again before its handler's ack; that result is dropped");
                 }
                 acks.clear();
-                claimed
+                got.deliveries
             }
             Err(e) if e.kind() == ErrorKind::Shutdown => return,
             Err(e) => {

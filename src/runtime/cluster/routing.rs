@@ -1,7 +1,7 @@
 //! Running one command (or script) on the master that serves its slot:
-//! following `MOVED` and `ASK`, waiting out `TRYAGAIN`, `CLUSTERDOWN` and a
-//! failover within the command timeout, never resending a command that
-//! may have been applied.
+//! following `MOVED` (to the master it names, at once) and `ASK`, waiting
+//! out `TRYAGAIN`, `CLUSTERDOWN` and a failover within the command
+//! timeout, never resending a command that may have been applied.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,17 +10,19 @@ use super::slot_map::{Cluster, Node};
 use crate::error::{Access, Error};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::conn::Conn;
+use crate::runtime::keyslot::slot;
 use crate::runtime::pool::TryRunError;
 
 /// Most redirects one command follows.
 const MAX_REDIRECTS: usize = 16;
 impl Cluster {
     /// Runs `f` on a connection to the master serving `route`'s slot,
-    /// following `MOVED` (after learning the new map) and `ASK` (with
-    /// `ASKING`), and waiting out `TRYAGAIN`, `CLUSTERDOWN` and an
-    /// unreachable master (a failover) on the reconnect backoff, within
-    /// `command_timeout` in all. A command that may have been applied is
-    /// never retried.
+    /// following `MOVED` (to the master it names, which serves the slot
+    /// from then on; the rest of the map is refreshed in the background)
+    /// and `ASK` (with `ASKING`), and waiting out `TRYAGAIN`, `CLUSTERDOWN`
+    /// and an unreachable master (a failover) on the reconnect backoff,
+    /// within `command_timeout` in all. A command that may have been
+    /// applied is never retried.
     pub(crate) fn run<R>(
         &self,
         route: &[u8],
@@ -54,9 +56,15 @@ impl Cluster {
                 node.commands.try_run(&mut f)
             };
             let e = match result {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    node.mark_up();
+                    return Ok(r);
+                }
                 Err(TryRunError::NotSent(e)) => {
                     // The master cannot be reached: maybe failing over.
+                    if e.is_transient() {
+                        node.mark_down(&e);
+                    }
                     self.request_refresh();
                     if e.is_transient() && wait(&mut backoff, started, budget) {
                         continue;
@@ -65,35 +73,32 @@ impl Cluster {
                 }
                 Err(TryRunError::Failed(e)) => e,
             };
-            if let Some(to) = redirect(&e)
-                && redirects < MAX_REDIRECTS
-            {
-                redirects += 1;
-                match to {
-                    Redirect::Ask(addr) => ask = Some(addr),
-                    Redirect::Moved => self.request_refresh(),
+            match step_after(&e) {
+                Step::Ask(addr) if redirects < MAX_REDIRECTS => {
+                    redirects += 1;
+                    ask = Some(node.redirected_to(&addr));
+                    continue;
                 }
-                continue;
-            }
-            let retry = matches!(
-                e.kind(),
-                redis::ErrorKind::Server(
-                    redis::ServerErrorKind::TryAgain
-                        | redis::ServerErrorKind::ClusterDown
-                        | redis::ServerErrorKind::MasterDown
-                        | redis::ServerErrorKind::BusyLoading
-                )
-            );
-            if retry && wait(&mut backoff, started, budget) {
-                if e.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
-                    self.request_refresh();
+                Step::Moved(addr) if redirects < MAX_REDIRECTS => {
+                    redirects += 1;
+                    self.moved(slot(route), &node.redirected_to(&addr));
+                    continue;
                 }
-                continue;
+                Step::Wait { refresh } if wait(&mut backoff, started, budget) => {
+                    if refresh {
+                        self.request_refresh();
+                    }
+                    continue;
+                }
+                _ => {}
             }
-            if e.is_io_error() || e.is_connection_dropped() {
+            let unreachable = e.is_io_error() || e.is_connection_dropped() || e.is_timeout();
+            let e = Error::from_redis(e, access);
+            if unreachable {
+                node.mark_down(&e);
                 self.request_refresh();
             }
-            return Err(Error::from_redis(e, access));
+            return Err(e);
         }
     }
 
@@ -122,6 +127,42 @@ impl Cluster {
     }
 }
 
+/// What a command that failed with an error on a cluster calls for next.
+/// The one table of it: the synchronous [`Cluster::run`] and the async
+/// calls (`runtime/mux/call.rs`) both follow it.
+pub(crate) enum Step {
+    /// Ask this node once (after `ASKING`): the slot is migrating.
+    Ask(String),
+    /// The slot moved for good, to the master at this address (as the
+    /// reply names it: see [`redirect_target`]): route it there from now
+    /// on and refresh the rest of the map meanwhile.
+    Moved(String),
+    /// The slot or its master is busy (`TRYAGAIN`, `CLUSTERDOWN`,
+    /// `MASTERDOWN`, `LOADING`): wait on the backoff and send again (it
+    /// was not applied); `refresh`: the map may have changed too.
+    Wait { refresh: bool },
+    /// Final for this call.
+    Fail,
+}
+
+/// What to do after `e` (an error reply or a failed connection).
+pub(crate) fn step_after(e: &redis::RedisError) -> Step {
+    use redis::ServerErrorKind as S;
+    if let Some(to) = redirect(e) {
+        return match to {
+            Redirect::Ask(addr) => Step::Ask(addr),
+            Redirect::Moved(addr) => Step::Moved(addr),
+        };
+    }
+    match e.kind() {
+        redis::ErrorKind::Server(S::TryAgain) => Step::Wait { refresh: false },
+        redis::ErrorKind::Server(S::ClusterDown | S::MasterDown | S::BusyLoading) => {
+            Step::Wait { refresh: true }
+        }
+        _ => Step::Fail,
+    }
+}
+
 /// Sleeps for the backoff's next wait if the budget allows; false if not.
 fn wait(backoff: &mut Backoff, started: Instant, budget: Duration) -> bool {
     let left = budget.saturating_sub(started.elapsed());
@@ -132,10 +173,31 @@ fn wait(backoff: &mut Backoff, started: Instant, budget: Duration) -> bool {
     true
 }
 
+impl Node {
+    /// The `host:port` a redirect from this node names.
+    pub(super) fn redirected_to(&self, addr: &str) -> String {
+        redirect_target(&self.addr, addr)
+    }
+}
+
+/// The `host:port` a redirect from the node at `from` names: `to`, with
+/// `from`'s host when the reply names none (`:port`, from a node that does
+/// not know its own address).
+pub(crate) fn redirect_target(from: &str, to: &str) -> String {
+    match to.strip_prefix(':') {
+        Some(port) => {
+            let host = from.rsplit_once(':').map_or(from, |(h, _)| h);
+            format!("{host}:{port}")
+        }
+        None => to.to_owned(),
+    }
+}
+
 /// Where a `MOVED` or `ASK` error sends a command.
 pub(super) enum Redirect {
-    /// The slot moved for good: refresh the slot map and route again.
-    Moved,
+    /// The slot moved for good, to the master at this address: route it
+    /// there from now on (and refresh the rest of the map meanwhile).
+    Moved(String),
     /// Ask this node once (after `ASKING`): the slot is migrating.
     Ask(String),
 }
@@ -148,7 +210,7 @@ pub(super) fn redirect(e: &redis::RedisError) -> Option<Redirect> {
         if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) {
             Redirect::Ask(addr.to_owned())
         } else {
-            Redirect::Moved
+            Redirect::Moved(addr.to_owned())
         },
     )
 }

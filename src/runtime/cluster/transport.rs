@@ -1,7 +1,16 @@
 //! The driver's transport on a cluster: each round goes out as one
 //! pipeline per master serving any of its commands, with `ASK` and `MOVED`
-//! replies followed and a stand-in error reply for a master that cannot
-//! be reached.
+//! replies followed, and a stand-in error reply for each command of a
+//! master that cannot be reached, so the rest of the round is answered as
+//! usual and each job decides what its own commands' replies mean.
+//!
+//! A master that sends nothing for [`UNRESPONSIVE`] (a stopped or hung
+//! process) fails its share of the round then, not after the command
+//! timeout, and is marked down: later rounds answer its commands at once
+//! with the stand-in, without waiting on it, until the cluster's background
+//! probe finds it answering again. So one master that stops holds the
+//! driver up once, for at most that long, and the other masters' work goes
+//! on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +19,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::routing::{Redirect, redirect};
-use super::slot_map::{Cluster, Node};
+use super::slot_map::{Cluster, Node, UNRESPONSIVE};
 use crate::error::{Access, Error};
 use crate::runtime::conn::{Conn, Linger};
 use crate::runtime::driver::{Commands, Transport};
@@ -20,30 +29,39 @@ use crate::runtime::server_clock::{ClockSample, measure};
 /// pipeline per master serving any of its commands.
 pub(crate) struct ClusterTransport {
     cluster: Arc<Cluster>,
+    /// Read and write timeout of the driver's connections: the command
+    /// timeout, capped at [`UNRESPONSIVE`].
     io_timeout: Duration,
     cons: HashMap<String, Conn>,
     connects: u64,
     round_trips: u64,
     seen_generation: u64,
     linger: Linger,
+    /// The nodes that answered the last round, and which of them answered
+    /// each command (an index into `answered`, `None` for a stand-in).
+    answered: Vec<Arc<Node>>,
+    answered_by: Vec<Option<usize>>,
 }
 
 impl ClusterTransport {
-    pub(crate) fn new(cluster: Arc<Cluster>, io_timeout: Duration) -> ClusterTransport {
+    pub(crate) fn new(cluster: Arc<Cluster>, command_timeout: Duration) -> ClusterTransport {
         let seen_generation = cluster.generation();
         ClusterTransport {
             cluster,
-            io_timeout,
+            io_timeout: command_timeout.min(UNRESPONSIVE),
             cons: HashMap::new(),
             connects: 0,
             round_trips: 0,
             seen_generation,
             linger: Linger::default(),
+            answered: Vec::new(),
+            answered_by: Vec::new(),
         }
     }
 
-    /// A master failed its share of a round: its connection is dropped and
-    /// each of its commands gets a stand-in "unreachable" reply.
+    /// A master failed its share of a round: its connection is dropped, it
+    /// is marked down, and each of its commands gets a stand-in
+    /// "unreachable" reply.
     fn unreachable(
         &mut self,
         node: &Node,
@@ -53,6 +71,7 @@ impl ClusterTransport {
     ) {
         tracing::debug!(target: "redwheel::runtime", node = %node.addr, error = %e, "cluster: a master did not answer its share of a round");
         self.cons.remove(&node.addr);
+        node.mark_down(e);
         for &(i, _) in items {
             replies[i] = Some(unreachable_reply(&node.addr));
         }
@@ -60,11 +79,28 @@ impl ClusterTransport {
 
     fn con(&mut self, node: &Node) -> Result<&mut Conn, Error> {
         if !self.cons.contains_key(&node.addr) {
-            let con = node.endpoint.open(self.io_timeout)?;
+            // Connecting waits no longer than a read would: a stopped
+            // master accepts the connection but never answers the
+            // handshake.
+            let con = node
+                .endpoint
+                .open_raw(self.io_timeout, self.io_timeout)
+                .map(Conn::Node)?;
             self.connects += 1;
             self.cons.insert(node.addr.clone(), con);
         }
         Ok(self.cons.get_mut(&node.addr).expect("just inserted"))
+    }
+
+    /// The number of `node` among the nodes that answered this round.
+    fn answered_index(&mut self, node: &Arc<Node>) -> usize {
+        match self.answered.iter().position(|n| n.addr == node.addr) {
+            Some(i) => i,
+            None => {
+                self.answered.push(Arc::clone(node));
+                self.answered.len() - 1
+            }
+        }
     }
 }
 
@@ -88,6 +124,9 @@ impl Transport for ClusterTransport {
     fn round_trip(&mut self, commands: &Commands) -> Result<Vec<Value>, Error> {
         let n = commands.len();
         let mut replies: Vec<Option<Value>> = vec![None; n];
+        self.answered.clear();
+        self.answered_by.clear();
+        self.answered_by.resize(n, None);
         // Commands still to send, each with the node to ask (`ASK`), if any.
         let mut pending: Vec<(usize, Option<String>)> = (0..n).map(|i| (i, None)).collect();
         for _pass in 0..3 {
@@ -108,6 +147,11 @@ impl Transport for ClusterTransport {
                         continue;
                     }
                 };
+                if node.is_down() {
+                    // Left out until the probe finds it answering.
+                    replies[i] = Some(unreachable_reply(&node.addr));
+                    continue;
+                }
                 match groups.iter_mut().find(|(g, _)| g.addr == node.addr) {
                     Some((_, items)) => items.push((i, ask.is_some())),
                     None => groups.push((node, vec![(i, ask.is_some())])),
@@ -157,6 +201,8 @@ impl Transport for ClusterTransport {
                         continue;
                     }
                 };
+                node.mark_up();
+                let server = self.answered_index(&node);
                 let mut values = values.into_iter();
                 for &(i, asking) in &items {
                     if asking {
@@ -167,15 +213,21 @@ impl Transport for ClusterTransport {
                         && let Some(to) = redirect(&err.clone().into())
                     {
                         match to {
-                            Redirect::Moved => {
-                                refresh = true;
+                            Redirect::Moved(addr) => {
+                                // Sent where the reply says at once; the
+                                // rest of the map is refreshed meanwhile.
+                                self.cluster
+                                    .moved(commands.slot(i), &node.redirected_to(&addr));
                                 pending.push((i, None));
                             }
-                            Redirect::Ask(addr) => pending.push((i, Some(addr))),
+                            Redirect::Ask(addr) => {
+                                pending.push((i, Some(node.redirected_to(&addr))));
+                            }
                         }
                         continue;
                     }
                     replies[i] = Some(v);
+                    self.answered_by[i] = Some(server);
                 }
             }
             self.linger.answered(biggest, started);
@@ -199,13 +251,21 @@ impl Transport for ClusterTransport {
             .collect())
     }
 
-    fn load_script(&mut self, script: &redis::Script) -> Result<(), Error> {
-        for node in self.cluster.masters() {
-            let con = self.con(&node)?;
-            if let Err(e) = script.load(con) {
+    fn server_of(&self, command: usize) -> Option<usize> {
+        self.answered_by.get(command).copied().flatten()
+    }
+
+    fn load_script(&mut self, script: &redis::Script, server: usize) -> Result<(), Error> {
+        let Some(node) = self.answered.get(server).cloned() else {
+            return Ok(());
+        };
+        let con = self.con(&node)?;
+        if let Err(e) = script.load(con) {
+            let e = Error::from_redis(e, Access::Read);
+            if e.is_transient() {
                 self.cons.remove(&node.addr);
-                return Err(Error::from_redis(e, Access::Read));
             }
+            return Err(e);
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The driver's registered work and its deadlines: one wheel timeout per
 //! key (replaced only by an earlier deadline), the due list a round is
-//! taken from, guard sweeps, and the wheel tasks that mark keys due.
+//! taken from, guard sweeps (which let a job probe instead of running in
+//! full), and the wheel tasks that mark keys due.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,6 +59,8 @@ pub(super) struct Entry {
     pub(super) timeout: Option<Armed>,
     pub(super) marked: bool,
     pub(super) failures: u32,
+    /// Its last round found a script missing and loaded it again.
+    pub(super) reloaded: bool,
     /// Its guard group, and its place in the group's list.
     pub(super) guard: Option<(Duration, usize)>,
 }
@@ -222,16 +225,21 @@ fn compact_armed(st: &mut State) {
     st.armed.rebuild(live);
 }
 
-/// Puts the entry at `index` in the next round unless it is there already.
-/// True if it was added.
+/// Puts the entry at `index` in the next round unless it is there already,
+/// to run in full (a probe a sweep asked for, if any, is dropped). True if
+/// it was added.
 pub(super) fn mark_due(st: &mut State, index: usize) -> bool {
     match st.entries.get_mut(index) {
-        Some(entry) if !entry.marked => {
+        Some(entry) => {
+            entry.job.run_in_full();
+            if entry.marked {
+                return false;
+            }
             entry.marked = true;
             st.due.push_back(index);
             true
         }
-        _ => false,
+        None => false,
     }
 }
 
@@ -261,10 +269,13 @@ pub(super) fn arm_guard(shared: &Arc<DriverShared>, every: Duration) -> Option<T
             let Some(group) = st.guards.get(&every) else {
                 return;
             };
+            // Members already marked run in full anyway; the others run
+            // their probe if they have one (`Job::sweep`).
             for &i in &group.members {
                 if let Some(entry) = st.entries.get_mut(i)
                     && !entry.marked
                 {
+                    entry.job.sweep();
                     entry.marked = true;
                     st.due.push_back(i);
                 }

@@ -1,13 +1,13 @@
 //! What the driver runs and what carries it: the [`Job`] interface the
 //! layers above implement, the [`Next`] and [`Deadline`] they answer with,
-//! the packed [`Commands`] of a round, and the [`Transport`] (one server or
-//! a cluster) that sends them.
+//! the packed [`Commands`] of a round, the [`Replies`] a job reads, and the
+//! [`Transport`] (one server or a cluster) that sends them.
 
 use std::time::Duration;
 
 use redis::{Script, Value};
 
-use crate::error::Error;
+use crate::error::{Access, Error};
 use crate::runtime::server_clock::ClockSample;
 
 /// One unit of due work: a round of commands and what to make of their
@@ -21,9 +21,95 @@ pub(crate) trait Job: Send + Sync + 'static {
     fn scripts(&self) -> &[&'static Script] {
         &[]
     }
-    /// Reads the replies to its commands (none is an error reply) and says
-    /// when to run next.
+    /// Reads the replies to its commands, when none of them is an error,
+    /// and says when to run next. An `Err` has the driver run the job again
+    /// after a backoff.
     fn on_reply(&self, replies: &[Value]) -> Result<Next, Error>;
+    /// Reads the replies to its commands, each a value or the error that
+    /// command got, and says when to run next. By default the job stands or
+    /// falls as a whole: the first error is the job's, and
+    /// [`on_reply`](Job::on_reply) sees only rounds without one. A job
+    /// whose commands stand alone (a renewal group: one command per lock,
+    /// spread over the masters of a cluster) overrides this to apply each
+    /// reply on its own, so a master that did not answer holds up only its
+    /// own commands; it returns an `Err` (after applying the rest) to be run
+    /// again after a backoff.
+    fn on_replies(&self, replies: &Replies<'_>) -> Result<Next, Error> {
+        self.on_reply(replies.all()?)
+    }
+    /// A guard sweep is putting this job in a round (see "Guard sweeps"
+    /// in the driver's docs). A job that can tell from a cheap read
+    /// whether it has work may make its next [`commands`](Job::commands)
+    /// that read (a *probe*) instead of its full commands, whose reply
+    /// answers [`Next::Again`] when the full commands must run. By default
+    /// nothing changes: a sweep runs the job in full. Called with the
+    /// driver's state locked: flip a flag, nothing more.
+    fn sweep(&self) {}
+    /// The job was marked due for any other reason (its deadline, an
+    /// announcement, [`Next::Again`], a retry, a reconnect): its next
+    /// commands are the full ones, even if a sweep asked for a probe.
+    /// Called with the driver's state locked.
+    fn run_in_full(&self) {}
+}
+
+/// The replies to one job's commands in a round: one per command, in
+/// order. The one place where an error reply (or the stand-in of a command
+/// a cluster master did not answer) becomes an [`Error`].
+pub(crate) struct Replies<'a> {
+    values: &'a [Value],
+    /// What a `NOSCRIPT` reply stands for in this round: the driver loaded
+    /// the job's scripts again (a transient error), or could not (why).
+    noscript: Option<&'a Error>,
+}
+
+impl<'a> Replies<'a> {
+    /// The replies `values`; a `NOSCRIPT` among them reads as `noscript`
+    /// when given.
+    pub(crate) fn new(values: &'a [Value], noscript: Option<&'a Error>) -> Replies<'a> {
+        Replies { values, noscript }
+    }
+
+    /// How many replies (one per command).
+    pub(crate) fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The reply to command `i`: its value, or its error. A command past
+    /// the end reads as a protocol error.
+    pub(crate) fn get(&self, i: usize) -> Result<&'a Value, Error> {
+        match self.values.get(i) {
+            Some(Value::ServerError(e)) => Err(self.error(e)),
+            Some(v) => Ok(v),
+            None => Err(Error::new(
+                crate::error::ErrorKind::Protocol,
+                "redis sent fewer replies than commands",
+            )),
+        }
+    }
+
+    /// Every reply, or the first error among them.
+    pub(crate) fn all(&self) -> Result<&'a [Value], Error> {
+        match self.values.iter().find_map(|v| match v {
+            Value::ServerError(e) => Some(e),
+            _ => None,
+        }) {
+            Some(e) => Err(self.error(e)),
+            None => Ok(self.values),
+        }
+    }
+
+    fn error(&self, e: &redis::ServerError) -> Error {
+        match self.noscript {
+            Some(n) if is_noscript(e) => Error::new(n.kind(), n.to_string()),
+            _ => Error::from_redis(redis::RedisError::from(e.clone()), Access::Write),
+        }
+    }
+}
+
+/// True for a `NOSCRIPT` error reply: the server does not have the script
+/// (flushed, restarted, or a node that never had it).
+pub(crate) fn is_noscript(e: &redis::ServerError) -> bool {
+    e.code() == "NOSCRIPT"
 }
 
 /// When a job wants to run again.
@@ -108,8 +194,15 @@ pub(crate) trait Transport: Send + 'static {
     /// whole failed (no connection, or it broke); an error reply of one
     /// command is a [`Value::ServerError`] in its place.
     fn round_trip(&mut self, commands: &Commands) -> Result<Vec<Value>, Error>;
-    /// Loads `script` (after a `NOSCRIPT` reply).
-    fn load_script(&mut self, script: &Script) -> Result<(), Error>;
+    /// Which server answered command `command` of the last round, as a
+    /// number that is the same for every command that server answered (0
+    /// on one server); `None` if no server did (a stand-in reply).
+    fn server_of(&self, command: usize) -> Option<usize>;
+    /// Loads `script` on server `server` (as [`server_of`] numbers them),
+    /// after its `NOSCRIPT` reply.
+    ///
+    /// [`server_of`]: Transport::server_of
+    fn load_script(&mut self, script: &Script, server: usize) -> Result<(), Error>;
     /// How many connections were established so far (the driver re-runs
     /// every job when this grows past 1: a reconnect).
     fn connects(&self) -> u64;

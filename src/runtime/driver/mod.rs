@@ -21,6 +21,13 @@
 //!   recurring wheel timeout per interval marks every key of the group due, so
 //!   a lost wake-up or a dead process never strands work for longer than
 //!   the interval, at one pipelined round trip per connection per interval.
+//!   A job may answer a sweep with a *probe* ([`Job::sweep`]): one cheap
+//!   read instead of its full commands, whose reply says whether the full
+//!   commands must run now ([`Next::Again`], in the next round) or when
+//!   ([`Next::After`]). Any other reason to run (a deadline, an
+//!   announcement, a retry, a reconnect) runs the job in full
+//!   ([`Job::run_in_full`]), so a probe never stands in for a due run for
+//!   longer than one round.
 //! * **Retries**: a job that fails runs again after a capped exponential
 //!   backoff (logged with `tracing`); a round whose connection failed is
 //!   retried after the reconnect backoff, and after a reconnect every job
@@ -57,7 +64,7 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use self::deadlines::{DriverShared, Entry, State, arm_clock_refresh, arm_guard};
-pub(crate) use self::job::{Commands, Deadline, Job, Next, Transport};
+pub(crate) use self::job::{Commands, Deadline, Job, Next, Replies, Transport};
 pub(crate) use self::round::DriverConfig;
 use self::round::Runner;
 use self::stats::Counters;
@@ -138,6 +145,13 @@ impl Driver {
         })
     }
 
+    /// The driver's wheel, for the futures' waits (feature `async`): their
+    /// tasks only fire a wake-up cell.
+    #[cfg(feature = "async")]
+    pub(crate) fn wheel(&self) -> &HashedWheelTimer {
+        &self.shared.timer
+    }
+
     /// The local clock (the wheel's).
     pub(crate) fn now(&self) -> Duration {
         self.shared.timer.now()
@@ -167,6 +181,7 @@ impl Driver {
             timeout: None,
             marked: false,
             failures: 0,
+            reloaded: false,
             guard: None,
         });
         st.by_key.insert(key, index);
@@ -318,5 +333,7 @@ impl Drop for Driver {
     }
 }
 
+#[cfg(test)]
+mod test_rig;
 #[cfg(test)]
 mod tests;

@@ -11,10 +11,10 @@ use crossbeam_channel::{Receiver, Sender};
 use redis::{Script, Value};
 
 use super::deadlines::{DriverShared, mark_due};
-use super::job::{Commands, Job, Next, Transport};
+use super::job::{Commands, Job, Next, Replies, Transport, is_noscript};
 use super::stats::WheelGauges;
 use super::wake::Msg;
-use crate::error::{Access, Error, ErrorKind};
+use crate::error::{Error, ErrorKind};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::server_clock::MAX_AHEAD;
 
@@ -66,12 +66,44 @@ pub(super) struct Runner<T: Transport> {
     commands: Commands,
     /// The round being run (kept to reuse its allocation).
     round: Vec<RoundJob>,
-    /// Each job's outcome in that round.
-    outcomes: Vec<Result<Next, Error>>,
+    /// Each job's outcome in that round, and whether a script of it was
+    /// missing.
+    outcomes: Vec<(Result<Next, Error>, Missing)>,
     /// When the current outage began (for one log line per outage).
     unavailable_since: Option<Duration>,
     /// The wheel gauges, set after rounds.
     gauges: WheelGauges,
+}
+
+/// Whether a job found a script missing on the server (`NOSCRIPT`) in a
+/// round, and what loading it again did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// No script was missing.
+    No,
+    /// Missing, and loaded again.
+    Reloaded,
+    /// Missing, and it could not be loaded (an ACL without `script|load`,
+    /// the node gone).
+    LoadFailed,
+}
+
+/// The error of a script that could not be loaded after `NOSCRIPT`: for a
+/// refused load, which permission is missing.
+fn script_load_error(e: Error) -> Error {
+    if e.kind() == ErrorKind::PermissionDenied {
+        Error::new(
+            ErrorKind::PermissionDenied,
+            "redis does not have a script of redwheel's (flushed, or restarted) and the redis user may not load it: it lacks the permission `script|load` (add `+script|load` to its ACL rules)",
+        )
+        .with_cause(e)
+    } else {
+        Error::new(
+            e.kind(),
+            "redis does not have a script of redwheel's (flushed, or restarted) and it could not be loaded",
+        )
+        .with_cause(e)
+    }
 }
 
 /// One job of a round: its key and registration, and where its commands
@@ -340,50 +372,87 @@ impl<T: Transport> Runner<T> {
     }
 
     fn apply_replies(&mut self, round: &[RoundJob], replies: &[Value], now: Duration) {
-        let mut loaded: Vec<*const Script> = Vec::new();
+        // Scripts loaded this round, by (script, server): each is loaded
+        // once per server however many jobs found it missing there.
+        let mut loads: Vec<(*const Script, usize, Result<(), Error>)> = Vec::new();
+        let reloaded = Error::new(
+            ErrorKind::Unavailable,
+            "redis did not have a script of this job (flushed, restarted, or a node that never had it); it was loaded again",
+        );
         let mut outcomes = std::mem::take(&mut self.outcomes);
         for rj in round {
             let Some(mine) = replies.get(rj.first..rj.first + rj.count) else {
-                outcomes.push(Err(Error::new(
-                    ErrorKind::Protocol,
-                    "redis sent fewer replies than commands",
-                )));
+                outcomes.push((
+                    Err(Error::new(
+                        ErrorKind::Protocol,
+                        "redis sent fewer replies than commands",
+                    )),
+                    Missing::No,
+                ));
                 continue;
             };
-            let error = mine.iter().find_map(|v| match v {
-                Value::ServerError(e) => Some(e.clone()),
-                _ => None,
-            });
-            let outcome = match error {
-                Some(err) if err.code() == "NOSCRIPT" => {
-                    for &script in rj.job.scripts() {
-                        let ptr = script as *const Script;
-                        if loaded.contains(&ptr) {
-                            continue;
-                        }
-                        loaded.push(ptr);
-                        if let Err(e) = self.transport.load_script(script) {
-                            tracing::warn!(target: "redwheel::runtime", job = %rj.job.describe(), error = %e, "could not load a script");
-                        }
-                    }
-                    Ok(Next::Again)
+            let mut missing = Missing::No;
+            let mut failed_load = None;
+            for (k, v) in mine.iter().enumerate() {
+                let Value::ServerError(e) = v else { continue };
+                if !is_noscript(e) {
+                    continue;
                 }
-                Some(err) => Err(Error::from_redis(
-                    redis::RedisError::from(err),
-                    Access::Write,
-                )),
-                None => rj.job.on_reply(mine),
+                missing = Missing::Reloaded;
+                let Some(server) = self.transport.server_of(rj.first + k) else {
+                    continue;
+                };
+                for &script in rj.job.scripts() {
+                    let ptr = script as *const Script;
+                    let at = match loads.iter().position(|(p, s, _)| *p == ptr && *s == server) {
+                        Some(at) => at,
+                        None => {
+                            let r = self
+                                .transport
+                                .load_script(script, server)
+                                .map_err(script_load_error);
+                            loads.push((ptr, server, r));
+                            loads.len() - 1
+                        }
+                    };
+                    if loads[at].2.is_err() {
+                        failed_load.get_or_insert(at);
+                    }
+                }
+            }
+            let noscript = match failed_load {
+                Some(at) => {
+                    missing = Missing::LoadFailed;
+                    loads[at].2.as_ref().err()
+                }
+                None => (missing == Missing::Reloaded).then_some(&reloaded),
             };
-            outcomes.push(outcome);
+            let outcome = rj.job.on_replies(&Replies::new(mine, noscript));
+            // A script that could not be loaded is what the job's failure
+            // is about, whatever else its commands got.
+            let outcome = match (missing, noscript) {
+                (Missing::LoadFailed, Some(e)) => Err(Error::new(e.kind(), e.to_string())),
+                _ => outcome,
+            };
+            outcomes.push((outcome, missing));
         }
         let mut st = self.shared.state.lock();
-        for (rj, outcome) in round.iter().zip(outcomes.drain(..)) {
+        for (rj, (outcome, missing)) in round.iter().zip(outcomes.drain(..)) {
             let Some(entry) = st.live(rj.index, rj.epoch) else {
                 continue;
             };
+            // A script found missing and loaded again: the job runs again
+            // in the next round, once; missing again right after that (a
+            // node that keeps losing it), it backs off like any failure.
+            let again = missing == Missing::Reloaded && !entry.reloaded;
+            let repeated = missing == Missing::Reloaded && entry.reloaded;
+            entry.reloaded = missing == Missing::Reloaded;
+            let outcome = if again { Ok(Next::Again) } else { outcome };
             match outcome {
                 Ok(next) => {
-                    entry.failures = 0;
+                    if !again {
+                        entry.failures = 0;
+                    }
                     match next {
                         Next::Again => {
                             mark_due(&mut st, rj.index);
@@ -404,8 +473,10 @@ impl<T: Transport> Runner<T> {
                     let failures = entry.failures;
                     // Redis unreachable for this job (a node failing over, a
                     // slot moving): retry on the reconnect schedule. Anything
-                    // else will not mend itself soon: back off further.
-                    let wait = if e.is_transient() {
+                    // else will not mend itself soon (a script that cannot
+                    // be loaded, or that keeps going missing): back off
+                    // further.
+                    let wait = if e.is_transient() && !repeated {
                         Backoff::nth(
                             self.config.reconnect_min,
                             self.config.reconnect_max,
@@ -423,7 +494,7 @@ impl<T: Transport> Runner<T> {
                         .job_failures
                         .fetch_add(1, Ordering::Relaxed);
                     self.shared.metrics.job_failures.add(1);
-                    if e.is_transient() && failures > 1 {
+                    if e.is_transient() && failures > 1 && !repeated {
                         tracing::debug!(
                             target: "redwheel::runtime",
                             job = %rj.job.describe(),

@@ -1,246 +1,12 @@
 //! The driver's scheduling, on a manual clock, with fake jobs and a fake
-//! transport: no Redis, no sleeps.
+//! transport (`test_rig.rs`): no Redis, no sleeps.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use redis::{Script, Value};
-
+use super::test_rig::*;
 use super::*;
-use crate::runtime::server_clock::{ClockSample, ServerClock};
-use crate::timer::ManualClock;
-
-const MS: Duration = Duration::from_millis(1);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// What the fake transport saw: one entry per round, with the clock
-/// reading and the routes (= job keys) of its commands.
-#[derive(Default)]
-struct Wire {
-    rounds: Mutex<Vec<(Duration, Vec<String>)>>,
-    down: AtomicBool,
-    connects: AtomicU64,
-    /// Routes whose next command gets a `NOSCRIPT` error reply.
-    noscript: Mutex<Vec<String>>,
-    loaded: AtomicU64,
-    /// Told after each round, if set.
-    rounds_tx: Mutex<Option<crossbeam_channel::Sender<()>>>,
-    /// While set, a round says so on the first channel, then waits until
-    /// the second one's sender is dropped.
-    hold: Mutex<
-        Option<(
-            crossbeam_channel::Sender<()>,
-            crossbeam_channel::Receiver<()>,
-        )>,
-    >,
-}
-
-impl Wire {
-    fn rounds(&self) -> Vec<(Duration, Vec<String>)> {
-        self.rounds.lock().clone()
-    }
-
-    /// The clock readings of the rounds that ran `key`.
-    fn runs_of(&self, key: &str) -> Vec<Duration> {
-        self.rounds
-            .lock()
-            .iter()
-            .filter(|(_, keys)| keys.iter().any(|k| k == key))
-            .map(|(t, _)| *t)
-            .collect()
-    }
-}
-
-struct FakeTransport {
-    wire: Arc<Wire>,
-    clock: Arc<dyn crate::timer::Clock>,
-    connected: bool,
-}
-
-impl Transport for FakeTransport {
-    fn round_trip(&mut self, commands: &Commands) -> Result<Vec<Value>, Error> {
-        let hold = self.wire.hold.lock().clone();
-        if let Some((entered, release)) = hold {
-            let _ = entered.send(());
-            let _ = release.recv();
-        }
-        if self.wire.down.load(Ordering::SeqCst) {
-            self.connected = false;
-            return Err(Error::new(ErrorKind::Unavailable, "fake: down"));
-        }
-        if !self.connected {
-            self.connected = true;
-            self.wire.connects.fetch_add(1, Ordering::SeqCst);
-        }
-        // A fake job's command is its key.
-        let routes: Vec<String> = (0..commands.len())
-            .map(|i| String::from_utf8_lossy(commands.command(i)).into_owned())
-            .collect();
-        self.wire
-            .rounds
-            .lock()
-            .push((self.clock.now(), routes.clone()));
-        if let Some(tx) = self.wire.rounds_tx.lock().as_ref() {
-            let _ = tx.send(());
-        }
-        let mut noscript = self.wire.noscript.lock();
-        Ok(routes
-            .iter()
-            .map(|r| match noscript.iter().position(|n| n == r) {
-                Some(i) => {
-                    noscript.remove(i);
-                    redis::parse_redis_value(b"-NOSCRIPT No matching script.\r\n")
-                        .expect("an error reply parses")
-                }
-                None => Value::Okay,
-            })
-            .collect())
-    }
-
-    fn load_script(&mut self, _script: &Script) -> Result<(), Error> {
-        self.wire.loaded.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn connects(&self) -> u64 {
-        self.wire.connects.load(Ordering::SeqCst)
-    }
-
-    fn round_trips(&self) -> u64 {
-        self.wire.rounds.lock().len() as u64
-    }
-
-    fn measure_clock(&mut self, _now: &dyn Fn() -> Duration) -> Option<ClockSample> {
-        None
-    }
-}
-
-/// A job whose outcomes the test scripts; once the script is used up it
-/// answers `otherwise`.
-struct FakeJob {
-    key: Arc<str>,
-    script: Mutex<VecDeque<Result<Next, Error>>>,
-    otherwise: Next,
-}
-
-static FAKE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new("return 1"));
-
-impl Job for FakeJob {
-    fn describe(&self) -> String {
-        format!("fake job {}", self.key)
-    }
-
-    fn commands(&self, out: &mut Commands) {
-        out.push(0, self.key.as_bytes());
-    }
-
-    fn scripts(&self) -> &[&'static Script] {
-        static S: LazyLock<[&'static Script; 1]> = LazyLock::new(|| [&*FAKE_SCRIPT]);
-        &*S
-    }
-
-    fn on_reply(&self, replies: &[Value]) -> Result<Next, Error> {
-        assert_eq!(replies, [Value::Okay]);
-        self.script.lock().pop_front().unwrap_or(Ok(self.otherwise))
-    }
-}
-
-fn job(key: &str, otherwise: Next) -> Arc<FakeJob> {
-    scripted(key, otherwise, vec![])
-}
-
-fn scripted(key: &str, otherwise: Next, script: Vec<Result<Next, Error>>) -> Arc<FakeJob> {
-    Arc::new(FakeJob {
-        key: Arc::from(key),
-        script: Mutex::new(script.into()),
-        otherwise,
-    })
-}
-
-struct Rig {
-    clock: ManualClock,
-    wire: Arc<Wire>,
-    driver: Driver,
-}
-
-impl Rig {
-    fn new() -> Rig {
-        Rig::with(Rig::config())
-    }
-
-    fn config() -> DriverConfig {
-        DriverConfig {
-            job_backoff_min: ms(100),
-            job_backoff_max: ms(300),
-            reconnect_min: ms(10),
-            reconnect_max: ms(40),
-            clock_refresh: None,
-            backstop_grace: ms(5),
-        }
-    }
-
-    fn with(config: DriverConfig) -> Rig {
-        let clock = ManualClock::new();
-        let wire = Arc::new(Wire::default());
-        // The server's clock reads what the manual clock reads, in ms.
-        let server_clock = Arc::new(ServerClock::default());
-        server_clock.set(ClockSample {
-            local: Duration::ZERO,
-            server_us: 0,
-            rtt: Duration::ZERO,
-        });
-        let driver = Driver::start(
-            config,
-            FakeTransport {
-                wire: Arc::clone(&wire),
-                clock: Arc::new(clock.clone()),
-                connected: false,
-            },
-            clock.clone(),
-            server_clock,
-            "driver-test",
-        )
-        .expect("driver starts");
-        Rig {
-            clock,
-            wire,
-            driver,
-        }
-    }
-
-    /// Moves time forward and waits until the wheel and the driver have
-    /// done everything that fell due.
-    fn advance(&self, by: Duration) {
-        self.clock.advance(by);
-        self.driver.settle();
-        // A round may have armed timeouts that are due already.
-        self.clock.settle();
-        self.driver.settle();
-    }
-
-    fn register(&self, job: Arc<FakeJob>, first: Deadline, guard: Option<Duration>) {
-        let key = job.key.to_string();
-        assert!(self.driver.register(&key, job, first, guard));
-        self.clock.settle();
-        self.driver.settle();
-    }
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        // Release a held round, if any, so the thread can end.
-        self.wire.hold.lock().take();
-        let _ = self
-            .driver
-            .shutdown(Instant::now() + Duration::from_secs(10));
-    }
-}
 
 #[test]
 fn a_job_runs_at_its_deadline_and_never_before() {
@@ -490,6 +256,62 @@ fn a_noscript_reply_loads_the_job_scripts_and_runs_it_again() {
     assert_eq!(rig.driver.stats().job_failures, 0);
 }
 
+/// A script that cannot be loaded (an ACL user without `script|load`)
+/// must not have the job run again and again at once: it backs off on the
+/// job schedule, and the error says which permission is missing.
+#[test]
+fn a_noscript_whose_script_cannot_be_loaded_backs_off_instead_of_spinning() {
+    let rig = Rig::new();
+    rig.wire.always_noscript.store(true, Ordering::SeqCst);
+    *rig.wire.load_fails.lock() = Some(ErrorKind::PermissionDenied);
+    rig.register(job("a", Next::Idle), Deadline::Now, None);
+    for _ in 0..5 {
+        rig.driver.settle();
+    }
+    assert_eq!(
+        rig.wire.runs_of("a").len(),
+        1,
+        "no new round before the backoff"
+    );
+    assert_eq!(rig.wire.loaded.load(Ordering::SeqCst), 1);
+    assert_eq!(rig.driver.stats().job_failures, 1);
+    // The job backoff (100 ms here), not the reconnect one (10 ms): a
+    // refused load will not mend itself soon.
+    rig.advance(ms(99));
+    assert_eq!(rig.wire.runs_of("a").len(), 1);
+    rig.advance(ms(2));
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    rig.advance(ms(150));
+    assert_eq!(rig.wire.runs_of("a").len(), 2, "then 200 ms");
+    rig.advance(ms(60));
+    assert_eq!(rig.wire.runs_of("a").len(), 3);
+}
+
+/// A script that is missing again right after it was loaded (a node the
+/// load did not reach, a server that keeps losing it) runs the job once
+/// more at once, then backs off.
+#[test]
+fn a_script_missing_again_right_after_its_load_backs_off() {
+    let rig = Rig::new();
+    rig.wire.always_noscript.store(true, Ordering::SeqCst);
+    rig.register(job("a", Next::Idle), Deadline::Now, None);
+    for _ in 0..5 {
+        rig.driver.settle();
+    }
+    assert_eq!(rig.wire.runs_of("a").len(), 2, "loaded, and run again once");
+    assert_eq!(rig.wire.loaded.load(Ordering::SeqCst), 2);
+    assert_eq!(rig.driver.stats().job_failures, 1);
+    rig.advance(ms(99));
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    rig.advance(ms(2));
+    assert_eq!(rig.wire.runs_of("a").len(), 3);
+    // The server keeps the script again: back on the job's own schedule.
+    rig.wire.always_noscript.store(false, Ordering::SeqCst);
+    rig.advance(ms(200));
+    rig.advance(ms(200));
+    assert_eq!(rig.wire.runs_of("a").len(), 4);
+}
+
 #[test]
 fn run_all_runs_every_registered_job_in_one_round() {
     let rig = Rig::new();
@@ -565,26 +387,6 @@ fn a_deadline_is_kept_while_the_wheel_thread_is_held_up() {
     let _ = driver.shutdown(Instant::now() + Duration::from_secs(10));
 }
 
-/// A job with nothing to send this time (a group job whose members are
-/// not ready yet).
-struct EmptyJob {
-    replies: AtomicU64,
-}
-
-impl Job for EmptyJob {
-    fn describe(&self) -> String {
-        "empty job".to_owned()
-    }
-
-    fn commands(&self, _out: &mut Commands) {}
-
-    fn on_reply(&self, replies: &[Value]) -> Result<Next, Error> {
-        assert!(replies.is_empty());
-        self.replies.fetch_add(1, Ordering::SeqCst);
-        Ok(Next::After(ms(100)))
-    }
-}
-
 #[test]
 fn a_round_with_nothing_to_send_is_no_round_trip_and_no_failure() {
     let rig = Rig::new();
@@ -607,4 +409,115 @@ fn a_round_with_nothing_to_send_is_no_round_trip_and_no_failure() {
     let stats = rig.driver.stats();
     assert_eq!((stats.rounds, stats.failed_rounds), (0, 0));
     assert_eq!(rig.wire.connects.load(Ordering::SeqCst), 0);
+}
+
+/// A job that answers guard sweeps with a probe: its command is `probe:K`
+/// after a sweep, `K` otherwise; a probe's reply answers `on_probe`.
+struct ProbingJob {
+    key: Arc<str>,
+    probe_next: AtomicBool,
+    sent_probe: AtomicBool,
+    on_probe: Mutex<Next>,
+}
+
+impl ProbingJob {
+    fn new(key: &str, on_probe: Next) -> Arc<ProbingJob> {
+        Arc::new(ProbingJob {
+            key: Arc::from(key),
+            probe_next: AtomicBool::new(false),
+            sent_probe: AtomicBool::new(false),
+            on_probe: Mutex::new(on_probe),
+        })
+    }
+}
+
+impl Job for ProbingJob {
+    fn describe(&self) -> String {
+        format!("probing job {}", self.key)
+    }
+
+    fn commands(&self, out: &mut Commands) {
+        let probe = self.probe_next.swap(false, Ordering::SeqCst);
+        self.sent_probe.store(probe, Ordering::SeqCst);
+        if probe {
+            out.push(0, format!("probe:{}", self.key).as_bytes());
+        } else {
+            out.push(0, self.key.as_bytes());
+        }
+    }
+
+    fn on_reply(&self, _replies: &[redis::Value]) -> Result<Next, Error> {
+        Ok(if self.sent_probe.load(Ordering::SeqCst) {
+            *self.on_probe.lock()
+        } else {
+            Next::Idle
+        })
+    }
+
+    fn sweep(&self) {
+        self.probe_next.store(true, Ordering::SeqCst);
+    }
+
+    fn run_in_full(&self) {
+        self.probe_next.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Rig {
+    fn register_probing(&self, job: Arc<ProbingJob>, first: Deadline, guard: Duration) {
+        let key = job.key.to_string();
+        assert!(self.driver.register(&key, job, first, Some(guard)));
+        self.clock.settle();
+        self.driver.settle();
+    }
+}
+
+#[test]
+fn a_sweep_sends_the_probe_of_a_job_that_has_one_and_its_reply_decides_the_full_run() {
+    let rig = Rig::new();
+    let quiet = ProbingJob::new("quiet", Next::Idle);
+    let busy = ProbingJob::new("busy", Next::Again);
+    let later = ProbingJob::new("later", Next::After(ms(300)));
+    rig.register_probing(Arc::clone(&quiet), Deadline::Now, ms(1_000));
+    rig.register_probing(Arc::clone(&busy), Deadline::Now, ms(1_000));
+    rig.register_probing(Arc::clone(&later), Deadline::Now, ms(1_000));
+    // The first runs (registration) are full ones.
+    assert_eq!(rig.wire.runs_of("quiet").len(), 1);
+    rig.advance(ms(1_001));
+    let rounds = rig.wire.rounds();
+    let mut swept = rounds[rounds.len() - 2].1.clone();
+    swept.sort();
+    assert_eq!(
+        swept,
+        ["probe:busy", "probe:later", "probe:quiet"],
+        "the sweep sends probes, not full commands: {rounds:?}"
+    );
+    // The probe that found work runs the job in full in the next round,
+    // and only that one.
+    assert_eq!(rounds[rounds.len() - 1].1, ["busy"]);
+    assert_eq!(rig.wire.runs_of("quiet").len(), 1);
+    // The one whose probe named a time runs then, in full.
+    assert_eq!(rig.driver.scheduled_at("later"), Some(ms(1_001) + ms(300)));
+    rig.advance(ms(301));
+    assert_eq!(rig.wire.runs_of("later").len(), 2);
+    assert_eq!(rig.wire.rounds().last().unwrap().1, ["later"]);
+}
+
+#[test]
+fn a_job_due_for_any_other_reason_runs_in_full_even_when_a_sweep_asked_for_a_probe() {
+    let rig = Rig::new();
+    let a = ProbingJob::new("a", Next::Idle);
+    rig.register_probing(Arc::clone(&a), Deadline::After(ms(1_000)), ms(1_000));
+    rig.register_probing(ProbingJob::new("b", Next::Idle), Deadline::Now, ms(1_000));
+    // Its deadline and the sweep fall in the same tick: it runs in full.
+    rig.advance(ms(1_001));
+    assert_eq!(rig.wire.runs_of("a").len(), 1);
+    assert_eq!(rig.wire.runs_of("probe:a").len(), 0);
+    // A sweep asked for a probe, then an announcement came before the
+    // round: the announcement wins.
+    a.sweep();
+    rig.driver.announce("a", Deadline::Now);
+    rig.driver.settle();
+    assert_eq!(rig.wire.runs_of("a").len(), 2);
+    assert_eq!(rig.wire.runs_of("probe:a").len(), 0);
 }

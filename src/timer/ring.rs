@@ -1,20 +1,16 @@
-//! Producers: how new timeouts and cancellations reach the worker.
+//! The ring: how new timeouts and cancellations travel from one thread to
+//! the worker, without a lock and with one read-modify-write per push.
 //!
-//! Every thread that schedules or cancels on a timer gets a [`Producer`]
-//! for it (found through a thread-local list, registered with the timer on
-//! first use). A producer is a single-producer ring of entries plus the
-//! pool its timeouts' slots come from (`slot.rs`). An entry is a slot
-//! pointer: a new timeout, or (low bit set) a cancellation.
-//!
-//! # The ring
-//!
-//! Entries go into segments of [`SEG`] words linked front to back; the
-//! producer's thread writes at the back, the worker reads at the front and
-//! hands emptied segments back for reuse. One word, `state`, orders them:
+//! A [`Ring`] has one producing thread and one consuming thread (the
+//! worker). An entry is a slot pointer (`entry.rs`): a new timeout, or
+//! (low bit set) a cancellation. Entries go into segments of [`SEG`] words
+//! linked front to back; the producing thread writes at the back, the
+//! worker reads at the front and hands emptied segments back for reuse.
+//! One word, `state`, orders them:
 //!
 //! ```text
 //!   bits 32..64  P: entries published (wrapping)
-//!   bits  0..16  U: cancellations taken back unseen since the last claim
+//!   bits  0..16  U: timeouts taken back unseen since the last claim
 //!   bit  16      EPOCH: flipped by every claim
 //!   bit  17      DOZE: the worker sleeps and must be woken by a push
 //!   bit  18      CLOSED: the worker is gone; nothing more is read
@@ -41,24 +37,23 @@
 //!
 //! # Ground rules
 //!
-//! * `local` belongs to the producer's thread, `side` to the worker thread;
+//! * `local` belongs to the producing thread, `side` to the worker thread;
 //!   everything they share goes through `state` (release on push and
 //!   unpublish, acquire on claim) or the segment hand-back (`spare`).
 //! * Every entry holds one reference to its slot; whoever takes the entry
 //!   (the worker, or the producer that takes it back) takes the reference.
-//! * A producer's thread leaving (its thread-local list is destroyed)
-//!   *orphans* it: the pool closes, and the worker retires the producer
-//!   once it has claimed everything in it.
+//! * Timeouts are counted twice: `added` by the producing thread (before
+//!   the push that publishes them, so `pending_timeouts` never misses one),
+//!   and `accepted` by the worker as it claims them (exact once the ring is
+//!   closed, when `added` may still hold the passing count of a push about
+//!   to be refused).
 
-use std::cell::{Cell, RefCell};
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Weak};
 
 use crossbeam_utils::CachePadded;
 
-use super::Shared;
-use super::slot::{Pool, Slot, SlotRef};
-use super::sync::{AtomicBool, AtomicPtr, AtomicU64, Ordering, UnsafeCell};
+use super::entry::{Slot, SlotRef};
+use super::sync::{AtomicPtr, AtomicU64, Ordering, UnsafeCell};
 
 /// Entries per ring segment.
 #[cfg(not(loom))]
@@ -121,24 +116,17 @@ pub(crate) enum Pushed {
     Closed,
 }
 
-/// A thread's way into one timer: see the module docs.
-pub(crate) struct Producer {
+/// A single-producer, single-consumer ring of entries: see the module docs.
+pub(crate) struct Ring {
     state: CachePadded<AtomicU64>,
     /// Timeouts accepted through this producer (written by its thread
     /// only, before the push that publishes them).
     added: AtomicU64,
-    /// Its thread has left it (see the module docs).
-    orphaned: AtomicBool,
     /// Emptied segments handed back by the worker: a stack linked through
     /// `next`.
     spare: AtomicPtr<Segment>,
     local: UnsafeCell<Local>,
     side: UnsafeCell<Side>,
-    pub(crate) pool: Pool,
-    /// The timer; its address is the key the thread-local lists use.
-    pub(crate) shared: Weak<Shared>,
-    /// The id of the producer's thread (see `thread_id`).
-    owner: u64,
 }
 
 /// The producer's thread's part.
@@ -162,21 +150,27 @@ struct Side {
     head_base: u32,
     /// Entries claimed and read.
     claimed: u32,
+    /// Timeouts the worker has seen accepted here: new-timeout entries
+    /// claimed, plus those taken back (`U`). Once the ring is closed, or
+    /// its thread left it and everything was claimed, this is the
+    /// producer's final `added`, read coherently with the close (`added`
+    /// itself may still hold the passing count of a push that is about to
+    /// find the ring closed and take it back).
+    accepted: u64,
 }
 
-// SAFETY: `local` is only touched by the producer's thread and `side` only
+// SAFETY: `local` is only touched by the producing thread and `side` only
 // by the worker (the ground rules in the module docs); the rest is atomic.
-unsafe impl Send for Producer {}
+unsafe impl Send for Ring {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for Producer {}
+unsafe impl Sync for Ring {}
 
-impl Producer {
-    pub(crate) fn new(shared: Weak<Shared>, owner: u64) -> Self {
+impl Ring {
+    pub(crate) fn new() -> Self {
         let seg = Segment::alloc();
-        Producer {
+        Ring {
             state: CachePadded::new(AtomicU64::new(0)),
             added: AtomicU64::new(0),
-            orphaned: AtomicBool::new(false),
             spare: AtomicPtr::new(ptr::null_mut()),
             local: UnsafeCell::new(Local {
                 tail: seg,
@@ -190,24 +184,13 @@ impl Producer {
                 head: seg,
                 head_base: 0,
                 claimed: 0,
+                accepted: 0,
             }),
-            pool: Pool::new(),
-            shared,
-            owner,
         }
     }
 
-    /// The key of this producer's timer in thread-local lists.
-    pub(crate) fn timer_key(&self) -> usize {
-        self.shared.as_ptr().addr()
-    }
-
-    /// True on the producer's own thread.
-    pub(crate) fn is_current_thread(&self) -> bool {
-        self.owner == thread_id()
-    }
-
-    /// Timeouts accepted through this producer.
+    /// Timeouts accepted through this ring (by its producing thread's
+    /// count).
     pub(crate) fn added(&self) -> u64 {
         self.added.load(Ordering::Acquire)
     }
@@ -344,18 +327,20 @@ impl Producer {
         }
         // SAFETY: the worker thread only; the entries up to `published(w)`
         // were published by the release of the pushes we acquired.
-        unsafe { self.read_upto(published(w), f) };
+        unsafe { self.read_upto(published(w), unseen(w), f) };
         unseen(w)
     }
 
-    /// Worker: reads the entries up to number `upto`.
+    /// Worker: reads the entries up to number `upto`, counting them and
+    /// `unseen` taken-back timeouts in `accepted`.
     ///
     /// # Safety
     /// The worker thread only; `upto` was acquired from `state`.
-    unsafe fn read_upto(&self, upto: u32, mut f: impl FnMut(Entry)) {
+    unsafe fn read_upto(&self, upto: u32, unseen: u32, mut f: impl FnMut(Entry)) {
         self.side.with_mut(|s| {
             // SAFETY: the worker thread only.
             let s = unsafe { &mut *s };
+            s.accepted += u64::from(unseen);
             while s.claimed != upto {
                 if s.claimed.wrapping_sub(s.head_base) as usize == SEG {
                     // SAFETY: the producer linked `next` before publishing
@@ -368,7 +353,9 @@ impl Producer {
                 }
                 let offset = s.claimed.wrapping_sub(s.head_base) as usize;
                 // SAFETY: published, and not yet handed back.
-                f(unsafe { (*s.head).entries[offset].with(|e| *e) });
+                let entry = unsafe { (*s.head).entries[offset].with(|e| *e) };
+                s.accepted += u64::from(entry.addr() & CANCEL_TAG == 0);
+                f(entry);
                 s.claimed = s.claimed.wrapping_add(1);
             }
         });
@@ -432,58 +419,33 @@ impl Producer {
         let w = self.state.fetch_or(CLOSED, Ordering::AcqRel);
         // SAFETY: forwarded; the entries up to `published(w)` were
         // published before the close.
-        unsafe { self.read_upto(published(w), f) };
+        unsafe { self.read_upto(published(w), unseen(w), f) };
         unseen(w)
     }
 
-    /// Whether the worker closed this producer.
+    /// Worker: the timeouts it has seen accepted through this ring
+    /// (see `Side::accepted`): its final count once the ring is closed, or
+    /// orphaned and claimed to the end.
+    ///
+    /// # Safety
+    /// The worker thread only.
+    pub(crate) unsafe fn accepted(&self) -> u64 {
+        // SAFETY: the worker thread only.
+        self.side.with(|s| unsafe { (*s).accepted })
+    }
+
+    /// Whether the worker closed this ring.
     pub(crate) fn is_closed(&self) -> bool {
         self.state.load(Ordering::Acquire) & CLOSED != 0
     }
-
-    /// Whether the producer's thread left it.
-    pub(crate) fn is_orphaned(&self) -> bool {
-        self.orphaned.load(Ordering::Acquire)
-    }
-
-    /// The producer's thread leaves it for good: closes the pool and marks
-    /// it orphaned (after its last push).
-    ///
-    /// # Safety
-    /// The producer's thread only, once.
-    pub(crate) unsafe fn orphan(&self) {
-        // SAFETY: forwarded.
-        unsafe { self.pool.close() };
-        self.orphaned.store(true, Ordering::Release);
-    }
-
-    /// Called by the pool when it allocates its first chunk: the chunks
-    /// keep the producer alive (a slot finds its producer through its
-    /// chunk).
-    ///
-    /// # Safety
-    /// `this` comes from `Arc::as_ptr` of a live producer.
-    pub(crate) unsafe fn take_pool_ref(this: *const Producer) {
-        // SAFETY: forwarded: this adds one strong count.
-        unsafe { Arc::increment_strong_count(this) };
-    }
-
-    /// Drops the strong count `take_pool_ref` took.
-    ///
-    /// # Safety
-    /// Once per `take_pool_ref`, by the pool's final release.
-    pub(crate) unsafe fn release_pool_ref(this: *const Producer) {
-        // SAFETY: forwarded.
-        unsafe { Arc::decrement_strong_count(this) };
-    }
 }
 
-impl Drop for Producer {
+impl Drop for Ring {
     fn drop(&mut self) {
         // Every entry was claimed by the worker or taken back by the
-        // producer: the segments own nothing.
+        // producing thread: the segments own nothing.
         let mut seg = self.side.with(|s| {
-            // SAFETY: nobody else can reach the producer any more.
+            // SAFETY: nobody else can reach the ring any more.
             unsafe { (*s).head }
         });
         while !seg.is_null() {
@@ -512,180 +474,6 @@ impl Drop for Producer {
     }
 }
 
-/// The producers a timer knows.
-#[derive(Default)]
-pub(crate) struct Registry {
-    pub(crate) list: Vec<Arc<Producer>>,
-    /// The worker is gone: no more producers.
-    pub(crate) closed: bool,
-    /// `added` of the producers retired from `list`.
-    pub(crate) retired_added: u64,
-}
-
-// ------------------------------------------------------------ per thread
-
-static NEXT_THREAD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-#[cfg(not(loom))]
-thread_local! {
-    static THREAD_ID: Cell<u64> = const { Cell::new(0) };
-}
-
-// Under loom, threads are the model's: their ids must be too.
-#[cfg(loom)]
-loom::thread_local! {
-    static THREAD_ID: Cell<u64> = Cell::new(0);
-}
-
-thread_local! {
-    static MINE: Mine = const {
-        Mine {
-            last_key: Cell::new(0),
-            last: Cell::new(ptr::null()),
-            list: RefCell::new(Vec::new()),
-        }
-    };
-}
-
-/// A unique id of the calling thread (never reused).
-pub(crate) fn thread_id() -> u64 {
-    let id = |id: &Cell<u64>| {
-        let mut v = id.get();
-        if v == 0 {
-            v = NEXT_THREAD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            id.set(v);
-        }
-        v
-    };
-    #[cfg(not(loom))]
-    return THREAD_ID.try_with(id).unwrap_or(u64::MAX);
-    #[cfg(loom)]
-    return THREAD_ID.with(id);
-}
-
-/// This thread's producers, one per timer it used.
-struct Mine {
-    /// The timer of the producer used last, and that producer.
-    last_key: Cell<usize>,
-    last: Cell<*const Producer>,
-    list: RefCell<Vec<Arc<Producer>>>,
-}
-
-impl Drop for Mine {
-    fn drop(&mut self) {
-        for p in self.list.get_mut().drain(..) {
-            // SAFETY: this is the producer's thread, leaving.
-            unsafe { p.orphan() };
-        }
-    }
-}
-
-/// The calling thread's producer for one timer. Valid until the thread
-/// next looks up a producer (or exits); use it and let it go.
-pub(crate) enum Mineref {
-    /// In the thread's list.
-    Listed(NonNull<Producer>),
-    /// Made for one use, because the thread's list is gone (the thread is
-    /// exiting); orphaned when dropped.
-    Once(Arc<Producer>),
-}
-
-impl Mineref {
-    /// The producer as `Arc::as_ptr` gives it (for the pool's chunks).
-    pub(crate) fn as_ptr(&self) -> *const Producer {
-        match self {
-            Mineref::Listed(p) => p.as_ptr(),
-            Mineref::Once(p) => Arc::as_ptr(p),
-        }
-    }
-}
-
-impl std::ops::Deref for Mineref {
-    type Target = Producer;
-
-    fn deref(&self) -> &Producer {
-        match self {
-            // SAFETY: the thread's list holds the producer's `Arc` until
-            // the thread's next lookup or exit, after this use.
-            Mineref::Listed(p) => unsafe { p.as_ref() },
-            Mineref::Once(p) => p,
-        }
-    }
-}
-
-impl Drop for Mineref {
-    fn drop(&mut self) {
-        if let Mineref::Once(p) = self {
-            // SAFETY: made for this thread and this one use.
-            unsafe { p.orphan() };
-        }
-    }
-}
-
-/// The calling thread's producer for the timer whose address is `key`,
-/// registering one (with `shared()`) on first use. `None` if the timer is
-/// gone or closed.
-pub(crate) fn mine(key: usize, shared: impl FnOnce() -> Option<Arc<Shared>>) -> Option<Mineref> {
-    let mut shared = Some(shared);
-    let mut upgrade = || shared.take().and_then(|f| f());
-    let found = MINE.try_with(|m| {
-        if m.last_key.get() == key {
-            return NonNull::new(m.last.get().cast_mut()).map(Mineref::Listed);
-        }
-        let mut list = m.list.borrow_mut();
-        // Producers of timers that are gone or closed: let them go.
-        let mut gone = Vec::new();
-        list.retain(|p| {
-            let keep = p.shared.strong_count() > 0 && !p.is_closed();
-            if !keep {
-                gone.push(Arc::clone(p));
-            }
-            keep
-        });
-        let p = match list.iter().find(|p| p.timer_key() == key) {
-            Some(p) => Some(Arc::clone(p)),
-            None => upgrade()
-                .and_then(|s| register(&s))
-                .inspect(|p| list.push(Arc::clone(p))),
-        };
-        drop(list);
-        for p in gone {
-            // SAFETY: this is their thread, letting go of them.
-            unsafe { p.orphan() };
-        }
-        let p = p?;
-        let ptr = Arc::as_ptr(&p);
-        m.last_key.set(key);
-        m.last.set(ptr);
-        NonNull::new(ptr.cast_mut()).map(Mineref::Listed)
-    });
-    match found {
-        Ok(found) => found,
-        // The thread-local list is gone: a producer for this one use.
-        Err(_) => upgrade().and_then(|s| register(&s)).map(Mineref::Once),
-    }
-}
-
-/// Registers a new producer for the calling thread with `shared`; `None`
-/// once the timer's worker is gone.
-fn register(shared: &Arc<Shared>) -> Option<Arc<Producer>> {
-    let p = Arc::new(Producer::new(Arc::downgrade(shared), thread_id()));
-    {
-        let mut reg = shared.producers.lock();
-        if reg.closed {
-            return None;
-        }
-        reg.list.push(Arc::clone(&p));
-        shared.generation.fetch_add(1, Ordering::SeqCst);
-    }
-    // The worker may be dozing with the old list armed: make it look
-    // again (it checks the generation after announcing its doze).
-    if shared.doze.load(Ordering::SeqCst) == super::DOZE_DOZING {
-        shared.wake();
-    }
-    Some(p)
-}
-
 /// A slot reference carried as a ring entry.
 pub(crate) fn entry_of(slot: SlotRef, cancel: bool) -> Entry {
     let tag = if cancel { CANCEL_TAG } else { 0 };
@@ -709,12 +497,12 @@ mod tests {
         ptr::without_provenance_mut(8 * (i + 1))
     }
 
-    fn producer() -> Producer {
-        Producer::new(Weak::new(), thread_id())
+    fn ring() -> Ring {
+        Ring::new()
     }
 
     /// Claims and returns (entries, unseen).
-    fn claim(p: &Producer) -> (Vec<usize>, u32) {
+    fn claim(p: &Ring) -> (Vec<usize>, u32) {
         let mut got = Vec::new();
         // SAFETY: the test thread plays the worker.
         let unseen = unsafe { p.claim(|e| got.push(e.addr() / 8 - 1)) };
@@ -723,7 +511,7 @@ mod tests {
 
     #[test]
     fn entries_arrive_in_order_across_segments_and_segments_are_reused() {
-        let p = producer();
+        let p = ring();
         let mut next = 0;
         for round in 0..3 {
             let n = SEG * 2 + 7;
@@ -742,7 +530,7 @@ mod tests {
 
     #[test]
     fn the_last_entry_can_be_taken_back_until_the_worker_claims_it() {
-        let p = producer();
+        let p = ring();
         unsafe {
             assert_eq!(p.push(entry(0), true), Pushed::Queued);
             assert_eq!(p.push(entry(1), true), Pushed::Queued);
@@ -765,7 +553,7 @@ mod tests {
 
     #[test]
     fn a_push_into_an_armed_ring_asks_for_a_wake_up_once() {
-        let p = producer();
+        let p = ring();
         unsafe {
             assert!(p.arm());
             assert_eq!(p.push(entry(0), true), Pushed::QueuedWake);
@@ -786,18 +574,20 @@ mod tests {
 
     #[test]
     fn a_closed_ring_hands_over_what_it_holds_and_refuses_the_rest() {
-        let p = producer();
+        let p = ring();
         let mut got = Vec::new();
         unsafe {
             assert_eq!(p.push(entry(0), true), Pushed::Queued);
-            assert_eq!(p.push(entry(1), false), Pushed::Queued);
+            assert_eq!(p.push(entry(1), true), Pushed::Queued);
             assert!(p.unpublish(entry(1)));
             let unseen = p.close(|e| got.push(e.addr() / 8 - 1));
             assert_eq!((got.clone(), unseen), (vec![0], 1));
+            assert_eq!(p.accepted(), 2, "one handed over, one taken back");
             assert!(p.is_closed());
             assert_eq!(p.push(entry(2), true), Pushed::Closed);
             assert!(!p.unpublish(entry(2)));
+            assert_eq!(p.accepted(), 2);
         }
-        assert_eq!(p.added(), 1, "a refused timeout is not counted");
+        assert_eq!(p.added(), 2, "a refused timeout is not counted");
     }
 }

@@ -1,0 +1,93 @@
+-- schedule_lib.lua: not a script of its own. scripts.rs puts these functions in front of
+-- every schedule script (schedule_set, schedule_remove, schedule_pause, schedule_read,
+-- schedule_fire), so that they read and keep the schedules' keys of queue N alike:
+--
+-- redwheel:{N}:schedules          HASH    name -> "<rev>:<paused 0|1>:<definition>": the
+--                                          canonical definition (redwheel::schedule), and the
+--                                          version of its last change (rev)
+-- redwheel:{N}:schedules:payload  HASH    name -> the payload each occurrence carries
+-- redwheel:{N}:schedules:next     ZSET    name -> its next occurrence (epoch ms, server clock),
+--                                          for the running schedules that have one
+-- redwheel:{N}:schedules:last     HASH    name -> its last occurrence fired (epoch ms)
+-- redwheel:{N}:schedules:changes  ZSET    name -> the version of its last change (removals
+--                                          included), kept for the last KEEP versions
+-- redwheel:{N}:head               HASH    field `schedules`: "<version>:<earliest next or
+--                                          empty>", what a process reads to know whether its
+--                                          copy of the schedules is current, and when the next
+--                                          one falls due (the guard sweep reads it beside
+--                                          field `due`, head.lua)
+--
+-- The version counts changes to the set (create, replace, pause, resume, remove), never
+-- firings, from a start taken from the clock (sched_next_version): each process keeps a copy
+-- of the definitions and brings it up to date from `changes` when the version moves
+-- (schedule_read.lua).
+
+-- Changes kept in `changes`: a process whose copy is older reads every schedule again.
+local KEEP = 10000
+
+-- The server's TIME in epoch ms.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The version in `head` (0 when there is none yet).
+local function sched_version(head)
+  local h = redis.call('HGET', head, 'schedules')
+  if not h then
+    return 0
+  end
+  return tonumber(string.match(h, '^(%d+)'))
+end
+
+-- The version a change writes: one more than the current one; the first one is the server's
+-- TIME in µs, so that a process whose copy was read before Redis lost its data (a restart
+-- without persistence, a failover to an empty replica) never finds its old version again.
+local function sched_next_version(head)
+  local v = sched_version(head)
+  if v == 0 then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return v + 1
+end
+
+-- Writes `head` for `version`, with the earliest next occurrence of `next`.
+local function sched_set_head(head, next, version)
+  local first = redis.call('ZRANGE', next, 0, 0, 'WITHSCORES')
+  local at = ''
+  if first[2] then
+    at = string.format('%d', tonumber(first[2]))
+  end
+  redis.call('HSET', head, 'schedules', string.format('%d', version) .. ':' .. at)
+end
+
+-- Records a change of `name` at `version`, and forgets changes older than KEEP versions.
+local function sched_changed(changes, name, version)
+  redis.call('ZADD', changes, version, name)
+  redis.call('ZREMRANGEBYSCORE', changes, '-inf', '(' .. string.format('%d', version - KEEP))
+end
+
+-- Whether a schedule may start (again) from `settled`: not after the server's now, and not
+-- before its last occurrence fired (in `last`), so that nothing fired is owed again.
+local function sched_may_start(last, name, settled, now)
+  local fired = redis.call('HGET', last, name)
+  return settled <= now and not (fired and settled < tonumber(fired))
+end
+
+-- (rev, paused, definition) of a stored record.
+local function sched_parse(record)
+  return string.match(record, '^(%d+):([01]):(.*)$')
+end
+
+-- redis.call(cmd, key, ...) with `args` in pieces of at most `step` (Lua's unpack stops near
+-- 8,000 values); `step` keeps pairs together when it is even.
+local function sched_chunked(cmd, key, args, step)
+  local i = 1
+  while i <= #args do
+    local j = math.min(#args, i + step - 1)
+    redis.call(cmd, key, unpack(args, i, j))
+    i = j + 1
+  end
+end
+

@@ -1,0 +1,197 @@
+//! The acks of `ack_async`, sent together: the acks of one queue that
+//! come while an earlier batch is on the wire go out as the next batch,
+//! in one `claim.lua` call that claims nothing (`count` 0), as the consumer
+//! pool sends its acks with its claims. Redis spends a fraction of an
+//! `ack.lua` call per ack, and the first ack of a quiet queue goes out at
+//! once (no waiting for company).
+//!
+//! `claim.lua` says how many of a batch's acks were refused, not which: a
+//! batch with a refusal is settled ack by ack with `ack.lua` (idempotent:
+//! an ack the batch applied answers "nothing to do"), so each caller gets
+//! its own answer. The batch is a request (`queue/request.rs`): one whose
+//! reply was lost is sent again and answered from its reply record.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use redis::Value;
+
+use crate::error::{Access, Error, ErrorKind};
+use crate::queue::claim::claim_keys;
+use crate::queue::delivery::ack_keys;
+use crate::queue::pop::Unresolved;
+use crate::queue::request::Request;
+use crate::queue::state::QueueState;
+use crate::runtime::{Backoff, Cell, Command, Runtime, detach, first_reply};
+use crate::scripts;
+
+/// Most acks one batch carries.
+const MAX_BATCH: usize = 1_000;
+
+/// One ack waiting for its batch: what it acks and where its answer goes
+/// (the `ack.lua` reply it stands for: 1 acked, 0 gone, -1 refused).
+pub(crate) struct PendingAck {
+    id: String,
+    token: String,
+    answer: Arc<Answer>,
+}
+
+/// An ack's answer, and the cell that wakes its future.
+#[derive(Default)]
+pub(crate) struct Answer {
+    pub(crate) cell: Cell,
+    pub(crate) reply: Mutex<Option<Result<i64, Error>>>,
+}
+
+impl Answer {
+    fn set(&self, r: Result<i64, Error>) {
+        *self.reply.lock() = Some(r);
+        self.cell.fire();
+    }
+}
+
+/// The acks of one queue waiting for the batch on the wire to come back.
+#[derive(Default)]
+pub(crate) struct AckBatcher {
+    state: Mutex<(Vec<PendingAck>, bool)>,
+}
+
+impl AckBatcher {
+    /// Queues the ack of `id` under claim `token`; its answer comes in the
+    /// returned cell. Sends a batch at once if none is on the wire.
+    pub(crate) fn ack(
+        &self,
+        rt: &Arc<Runtime>,
+        state: &Arc<QueueState>,
+        visibility_ms: String,
+        id: &str,
+        token: &str,
+    ) -> Arc<Answer> {
+        let answer = Arc::new(Answer::default());
+        let batch = {
+            let mut st = self.state.lock();
+            st.0.push(PendingAck {
+                id: id.to_owned(),
+                token: token.to_owned(),
+                answer: Arc::clone(&answer),
+            });
+            if st.1 {
+                return answer;
+            }
+            st.1 = true;
+            take_batch(&mut st.0)
+        };
+        let (rt, state) = (Arc::clone(rt), Arc::clone(state));
+        detach(async move {
+            let mut batch = batch;
+            loop {
+                send_batch(&rt, &state, &visibility_ms, batch).await;
+                let mut st = state.acks.state.lock();
+                if st.0.is_empty() {
+                    st.1 = false;
+                    return;
+                }
+                batch = take_batch(&mut st.0);
+            }
+        });
+        answer
+    }
+}
+
+fn take_batch(pending: &mut Vec<PendingAck>) -> Vec<PendingAck> {
+    let n = pending.len().min(MAX_BATCH);
+    pending.drain(..n).collect()
+}
+
+/// Sends one batch and answers each of its acks.
+async fn send_batch(
+    rt: &Arc<Runtime>,
+    state: &QueueState,
+    visibility_ms: &str,
+    batch: Vec<PendingAck>,
+) {
+    let keys = &state.keys;
+    let req = Request::new(keys);
+    let n = batch.len().to_string();
+    let mut args: Vec<&[u8]> = vec![
+        visibility_ms.as_bytes(),
+        req.token.as_bytes(),
+        b"0",
+        req.seq_arg.as_bytes(),
+        req.ttl_arg.as_bytes(),
+        n.as_bytes(),
+    ];
+    for a in &batch {
+        args.push(a.id.as_bytes());
+        args.push(a.token.as_bytes());
+    }
+    let command = Command::script(&scripts::CLAIM, &claim_keys(keys, &req.key), &args);
+    let mut unresolved = Unresolved::default();
+    let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+    let reply = loop {
+        let r = rt
+            .call(&keys.inflight, Access::Write, command.clone(), None)
+            .await
+            .and_then(|v| first_reply(v, Access::Write));
+        match r {
+            Ok(v) => break Ok(v),
+            Err(e) if e.is_outcome_unknown() || (e.is_transient() && unresolved.pending()) => {
+                // It may have run: the same request again, answered from
+                // its reply record.
+                unresolved.lost();
+                if rt.is_shut_down() || unresolved.too_old() {
+                    break Err(unresolved.outcome_unknown("ack", Some(e)));
+                }
+                rt.wait_for(&Arc::new(Cell::default()), Some(backoff.step()))
+                    .await;
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let counts = reply.and_then(|v| match v {
+        Value::Array(items) => match items.as_slice() {
+            [_, _, _, Value::Int(refused), Value::Int(acked), ..] => Ok((*refused, *acked)),
+            _ => Err(protocol()),
+        },
+        _ => Err(protocol()),
+    });
+    match counts {
+        Ok((0, acked)) => {
+            state.metrics.acked.add(acked.max(0) as u64);
+            // In-flight slots freed: a claim held back by max_in_flight
+            // looks again.
+            state.gate.slot_freed();
+            // Each applied now or found its message gone: as ack.lua's
+            // 1 or 0, told apart only in the count.
+            for a in batch {
+                a.answer.set(Ok(0));
+            }
+        }
+        Ok((_, acked)) => {
+            state.metrics.acked.add(acked.max(0) as u64);
+            // Some were refused: each asks on its own (idempotent).
+            for a in batch {
+                let command = Command::script(
+                    &scripts::ACK,
+                    &ack_keys(keys),
+                    &[a.id.as_bytes(), a.token.as_bytes()],
+                );
+                let r = rt
+                    .call(&keys.inflight, Access::Write, command, None)
+                    .await
+                    .and_then(|v| first_reply(v, Access::Write))
+                    .and_then(|v| redis::from_redis_value::<i64>(v).map_err(|_| protocol()));
+                a.answer.set(r);
+            }
+        }
+        Err(e) => {
+            for a in batch {
+                a.answer.set(Err(Error::new(e.kind(), e.to_string())));
+            }
+        }
+    }
+}
+
+fn protocol() -> Error {
+    Error::new(ErrorKind::Protocol, "unexpected reply to claim.lua (acks)")
+}

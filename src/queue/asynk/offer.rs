@@ -1,0 +1,193 @@
+//! `offer_async`, `offer_with_id_async` and `offer_batch_async`.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Access, Error, ErrorKind};
+use crate::queue::codec::Codec;
+use crate::queue::handle::{Queue, check_id};
+use crate::queue::ids::{new_message_id, new_message_ids};
+use crate::queue::message::MessageId;
+use crate::queue::offer::{batch_args, offer_keys};
+use crate::runtime::{Command, first_reply};
+use crate::scripts::{self, BATCH_OFFER_MAX};
+use crate::telemetry;
+
+impl<T: Codec> Queue<T> {
+    /// [`offer`](Queue::offer) as a future: offers `payload`, due `delay`
+    /// from now by the Redis server's clock, and gives its id.
+    ///
+    /// The payload is encoded and checked when this is called (an
+    /// oversized or unencodable payload, or a delay past the limit, fails
+    /// at the first poll with nothing sent). Same errors as `offer`.
+    ///
+    /// **Cancellation**: dropped before its first poll, nothing is sent.
+    /// Dropped after, the offer may or may not be written, as after
+    /// [`ErrorKind::OutcomeUnknown`]: where that matters, offer with an id
+    /// of your own ([`offer_with_id_async`](Queue::offer_with_id_async)) and
+    /// offer it again.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), redwheel::Error> {
+    /// use std::time::Duration;
+    /// use redwheel::Redwheel;
+    ///
+    /// let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+    /// let q = rw.queue::<String>("emails")?;
+    /// let id = q.offer_async(&"hello".to_string(), Duration::from_secs(5)).await?;
+    /// # let _ = id; Ok(()) }
+    /// ```
+    pub fn offer_async(
+        &self,
+        payload: &T,
+        delay: Duration,
+    ) -> impl Future<Output = Result<MessageId, Error>> + Send + 'static {
+        let id = new_message_id();
+        let prepared = self.offer_command("r", delay, &id, payload);
+        let q = self.clone();
+        async move {
+            let added = q.send_offer(prepared?, &id).await?;
+            q.fresh_offered(added, id)
+        }
+    }
+
+    /// [`offer_with_id`](Queue::offer_with_id) as a future: the idempotent
+    /// offer, `true` if added, `false` if the id was known. Same errors.
+    ///
+    /// **Cancellation**: as [`offer_async`](Queue::offer_async); offering
+    /// the same id again after a drop writes it at most once.
+    pub fn offer_with_id_async(
+        &self,
+        id: &MessageId,
+        payload: &T,
+        delay: Duration,
+    ) -> impl Future<Output = Result<bool, Error>> + Send + 'static {
+        let prepared = check_id(id)
+            .map_err(|e| self.tag(e))
+            .and_then(|()| self.offer_command("r", delay, id.as_str(), payload));
+        let (q, id) = (self.clone(), id.as_str().to_owned());
+        async move { q.send_offer(prepared?, &id).await }
+    }
+
+    /// `offer.lua`'s command (and the `WAIT` after it, with
+    /// `wait_replicas`).
+    fn offer_command(
+        &self,
+        mode: &str,
+        delay: Duration,
+        id: &str,
+        payload: &T,
+    ) -> Result<Command, Error> {
+        let bytes = self.encode(payload)?;
+        let ms = self.delay_ms(delay)?.to_string();
+        let command = Command::script(
+            &scripts::OFFER,
+            &offer_keys(&self.state.keys),
+            &[mode.as_bytes(), ms.as_bytes(), id.as_bytes(), &bytes],
+        );
+        Ok(match self.wait_cmd() {
+            Some(wait) => command.then(&wait),
+            None => command,
+        })
+    }
+
+    async fn send_offer(&self, command: Command, id: &str) -> Result<bool, Error> {
+        let _span = telemetry::queue_op_async("offer", &self.state.name, 1);
+        let tag = |e: Error| self.tag(e).for_message(id);
+        let mut replies = Arc::clone(self.rt())
+            .call(&self.state.keys.delayed, Access::Write, command, None)
+            .await
+            .map_err(tag)?
+            .into_iter();
+        let due: i64 = reply_as(replies.next(), Access::Write).map_err(tag)?;
+        let replicas = match self.wait_replicas {
+            Some(_) => Some(reply_as::<i64>(replies.next(), Access::Write).map_err(tag)?),
+            None => None,
+        };
+        self.offered(due, replicas, id)
+    }
+
+    /// [`offer_batch`](Queue::offer_batch) as a future: offers every
+    /// message, each with its own delay, in atomic chunks of up to 1,000;
+    /// gives their ids in order. Every payload and delay is checked when
+    /// this is called. Same errors.
+    ///
+    /// **Cancellation**: dropped before its first poll, nothing is sent;
+    /// after, the chunks already sent may be written (the rest is not).
+    pub fn offer_batch_async(
+        &self,
+        messages: &[(T, Duration)],
+    ) -> impl Future<Output = Result<Vec<MessageId>, Error>> + Send + 'static {
+        let prepared = self.batch_commands(messages);
+        let q = self.clone();
+        async move {
+            let (ids, commands) = prepared?;
+            for (command, len, first) in commands {
+                let _span = telemetry::queue_op_async("offer_batch", &q.state.name, len);
+                let mut replies = Arc::clone(q.rt())
+                    .call(&q.state.keys.delayed, Access::Write, command, None)
+                    .await
+                    .map_err(|e| q.tag(e))?
+                    .into_iter();
+                let reply = first_reply(replies.next().into_iter().collect(), Access::Write)
+                    .map_err(|e| q.tag(e))?;
+                let replicas = match q.wait_replicas {
+                    Some(_) => {
+                        Some(reply_as::<i64>(replies.next(), Access::Write).map_err(|e| q.tag(e))?)
+                    }
+                    None => None,
+                };
+                q.batch_written(false, len, &first, reply, replicas)?;
+            }
+            Ok(ids.into_iter().map(MessageId).collect())
+        }
+    }
+
+    /// The ids and the chunks' commands of a batch offer.
+    fn batch_commands(
+        &self,
+        messages: &[(T, Duration)],
+    ) -> Result<(Vec<String>, Vec<Chunk>), Error> {
+        let limit = self.delay_limit();
+        let mut encoded: Vec<(String, u64, Cow<'_, [u8]>)> = Vec::with_capacity(messages.len());
+        // Ids that sort in batch order, as the synchronous batch's.
+        let ids = new_message_ids(messages.len());
+        for ((payload, delay), id) in messages.iter().zip(ids) {
+            let bytes = self.encode(payload)?;
+            let ms = self.delay_ms_within(*delay, limit)?;
+            encoded.push((id, ms, bytes));
+        }
+        let keys = offer_keys(&self.state.keys);
+        let commands = encoded
+            .chunks(BATCH_OFFER_MAX)
+            .map(|chunk| {
+                let args = batch_args("r", false, chunk);
+                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                let command = Command::script(&scripts::OFFER_BATCH, &keys, &args);
+                let command = match self.wait_cmd() {
+                    Some(wait) => command.then(&wait),
+                    None => command,
+                };
+                let first = chunk.first().map_or(String::new(), |(id, _, _)| id.clone());
+                (command, chunk.len(), first)
+            })
+            .collect();
+        Ok((encoded.into_iter().map(|(id, _, _)| id).collect(), commands))
+    }
+}
+
+/// One chunk of a batch offer: its command, how many messages it holds,
+/// and the first one's id (for the error of an id found in use).
+type Chunk = (Command, usize, String);
+
+/// A reply read as `R`, an error reply as the caller's error.
+pub(super) fn reply_as<R: redis::FromRedisValue>(
+    v: Option<redis::Value>,
+    access: Access,
+) -> Result<R, Error> {
+    let v = first_reply(v.into_iter().collect(), access)?;
+    redis::from_redis_value(v)
+        .map_err(|e| Error::new(ErrorKind::Protocol, "unexpected reply from redis").with_cause(e))
+}

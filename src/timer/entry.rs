@@ -1,0 +1,328 @@
+//! One timeout's state: the slot that holds its state word, deadline and
+//! (small) task, and the operations on it. Where slots live and how they
+//! are freed is `pool.rs`; how a task is stored and run is `task.rs`.
+//!
+//! # A slot
+//!
+//! ```text
+//!   word      u32   state (2 bits: INIT, CANCELLED, EXPIRED) | references << 2
+//!   pos       u32   where the worker put it in the wheel (worker only)
+//!   vtable    ptr   how to run or drop the task in `task`
+//!   deadline  u64   ns on the timer's clock (immutable while allocated)
+//!   task      16 B  the task itself if it fits (size ≤ 16, align ≤ 8), else a Box of it
+//! ```
+//!
+//! Forty bytes. The state moves only `INIT → CANCELLED` (a successful
+//! `cancel`) or `INIT → EXPIRED` (the worker, before it runs the task): a
+//! timeout fires at most once and never after a `cancel()` that returned
+//! true. The task is in the slot exactly while the state is `INIT`: whoever
+//! makes the move out of `INIT` takes it (to run it or to drop it).
+//!
+//! The references count the `Timeout` handles and the entries queued for
+//! or held by the worker (its wheel, a queued cancellation). The last one
+//! out frees the slot. One word carries both, so the worker's claim of an
+//! expired timeout can also check that nobody else holds it, and a handle
+//! that is the only reference frees its slot without a read-modify-write.
+//!
+//! While a slot is free, its task area holds the next free slot of its
+//! pool's free list (`link_of`, `set_link`).
+
+use std::fmt;
+use std::mem::{MaybeUninit, size_of};
+use std::ptr::{self, NonNull};
+use std::time::Duration;
+
+use super::sync::{AtomicU32, Ordering, UnsafeCell, fence};
+use super::wheel::{NOT_PLACED, Placed};
+
+pub(crate) const ST_INIT: u32 = 0;
+pub(crate) const ST_CANCELLED: u32 = 1;
+pub(crate) const ST_EXPIRED: u32 = 2;
+const STATE_MASK: u32 = 3;
+
+/// One reference in the state word.
+pub(crate) const REF: u32 = 4;
+
+/// References above this abort the process (as `Arc` does): only leaking
+/// hundreds of millions of clones of one handle gets there.
+const MAX_REFS: u32 = u32::MAX / 2;
+
+/// Bytes of a task stored in the slot itself; larger tasks are boxed.
+pub(crate) const INLINE_TASK: usize = 16;
+
+/// The task area: inline task bytes, a `Box` of a larger task, or (while
+/// the slot is free) the next free slot.
+pub(crate) type TaskArea = [MaybeUninit<usize>; INLINE_TASK / size_of::<usize>()];
+
+/// How to run or drop the task stored in a slot (made by `task.rs` for
+/// each task type).
+pub(crate) struct TaskVTable {
+    /// Moves the task out of `area` and runs it, with the slot's handle.
+    pub(crate) run: unsafe fn(area: *mut TaskArea, slot: SlotRef),
+    /// Drops the task in `area`.
+    pub(crate) drop: unsafe fn(area: *mut TaskArea),
+}
+
+/// A timeout: see the module docs.
+#[repr(C)]
+pub(crate) struct Slot {
+    word: AtomicU32,
+    pos: UnsafeCell<u32>,
+    vtable: UnsafeCell<*const TaskVTable>,
+    deadline: UnsafeCell<u64>,
+    task: UnsafeCell<TaskArea>,
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(size_of::<Slot>() == 40);
+
+/// The free-list link of a free slot.
+///
+/// # Safety
+/// `slot` is free and its link was written before it was handed to us.
+pub(crate) unsafe fn link_of(slot: *mut Slot) -> *mut Slot {
+    // SAFETY: forwarded.
+    unsafe { (*slot).task.with(|t| ptr::read(t.cast::<*mut Slot>())) }
+}
+
+/// Writes the free-list link of a dead slot.
+///
+/// # Safety
+/// The slot is dead (or being initialised) and not shared.
+pub(crate) unsafe fn set_link(slot: NonNull<Slot>, next: *mut Slot) {
+    // SAFETY: the caller owns the slot's task area.
+    unsafe {
+        (*slot.as_ptr())
+            .task
+            .with_mut(|t| ptr::write(t.cast::<*mut Slot>(), next))
+    };
+}
+
+fn state(word: u32) -> u32 {
+    word & STATE_MASK
+}
+
+fn refs(word: u32) -> u32 {
+    word / REF
+}
+
+/// Fills a freshly allocated slot: state `INIT`, `refs` references,
+/// `deadline`, and the task (in `area`, to be run or dropped by `vtable`).
+///
+/// # Safety
+/// `slot` is free and owned by the caller; `area` holds the task `vtable`
+/// is for.
+pub(crate) unsafe fn init(
+    slot: NonNull<Slot>,
+    deadline: u64,
+    refs: u32,
+    vtable: &'static TaskVTable,
+    area: TaskArea,
+) {
+    let s = slot.as_ptr();
+    // SAFETY: the caller owns the free slot; nothing else reads it until
+    // it is published.
+    unsafe {
+        ptr::addr_of_mut!((*s).word).write(AtomicU32::new(ST_INIT | (refs * REF)));
+        ptr::addr_of_mut!((*s).pos).write(UnsafeCell::new(NOT_PLACED));
+        ptr::addr_of_mut!((*s).deadline).write(UnsafeCell::new(deadline));
+        ptr::addr_of_mut!((*s).vtable).write(UnsafeCell::new(vtable as *const TaskVTable));
+        ptr::addr_of_mut!((*s).task).write(UnsafeCell::new(area));
+    }
+}
+
+/// A pointer to a live slot, with the operations the worker and the
+/// handles use. Copying it does not count a reference.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotRef(pub(crate) NonNull<Slot>);
+
+// SAFETY: a slot's shared parts are atomics or immutable while referenced;
+// the task is `Send` and is only touched by the one who moved the state
+// out of `INIT`; `pos` only by the worker.
+unsafe impl Send for SlotRef {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for SlotRef {}
+
+impl fmt::Debug for SlotRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SlotRef({:p})", self.0)
+    }
+}
+
+impl SlotRef {
+    fn slot(&self) -> &Slot {
+        // SAFETY: a `SlotRef` is only made for a slot that one of its
+        // references keeps alive for as long as the `SlotRef` is used.
+        unsafe { self.0.as_ref() }
+    }
+
+    pub(crate) fn word(&self) -> u32 {
+        self.slot().word.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn state(&self) -> u32 {
+        state(self.word())
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.state() == ST_CANCELLED
+    }
+
+    pub(crate) fn deadline(&self) -> u64 {
+        // SAFETY: written at init, immutable while the slot is live.
+        self.slot().deadline.with(|d| unsafe { *d })
+    }
+
+    /// Worker only.
+    pub(crate) fn pos(&self) -> u32 {
+        // SAFETY: only the worker thread reads or writes `pos`.
+        self.slot().pos.with(|p| unsafe { *p })
+    }
+
+    /// Worker only.
+    pub(crate) fn set_pos(&self, pos: u32) {
+        // SAFETY: only the worker thread reads or writes `pos`.
+        self.slot().pos.with_mut(|p| unsafe { *p = pos })
+    }
+
+    /// One more reference (a new handle, a queued cancellation).
+    pub(crate) fn add_ref(&self) {
+        let before = self.slot().word.fetch_add(REF, Ordering::Relaxed);
+        if refs(before) >= MAX_REFS {
+            std::process::abort();
+        }
+    }
+
+    /// Drops one reference; true if it was the last (the caller then
+    /// frees the slot: `pool.rs`). A reference known to be the only one is
+    /// dropped without a read-modify-write.
+    #[inline]
+    pub(crate) fn drop_ref(self) -> bool {
+        let word = &self.slot().word;
+        let w = word.load(Ordering::Acquire);
+        if refs(w) != 1 {
+            let before = word.fetch_sub(REF, Ordering::Release);
+            if refs(before) != 1 {
+                return false;
+            }
+            fence(Ordering::Acquire);
+        }
+        true
+    }
+
+    /// Drops the task of a slot whose last reference went, if it is still
+    /// there (state `INIT`: never claimed, e.g. a refused push). A panic in
+    /// its drop is returned, so that the caller gives the slot's memory
+    /// back first and then resumes it.
+    ///
+    /// # Safety
+    /// No reference remains.
+    pub(crate) unsafe fn drop_unclaimed_task(&self) -> std::thread::Result<()> {
+        if self.state() != ST_INIT {
+            return Ok(());
+        }
+        // SAFETY: state `INIT` means the task is in the slot; nobody else
+        // can reach it.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { self.drop_task() }))
+    }
+
+    /// `INIT → CANCELLED`, adding `extra_refs` references in the same step.
+    /// True if this call made the move; the caller must then drop the task.
+    pub(crate) fn try_cancel(&self, extra_refs: u32) -> bool {
+        let word = &self.slot().word;
+        let mut w = word.load(Ordering::Relaxed);
+        loop {
+            if state(w) != ST_INIT {
+                return false;
+            }
+            if refs(w) >= MAX_REFS {
+                std::process::abort();
+            }
+            let new = ((w & !STATE_MASK) + extra_refs * REF) | ST_CANCELLED;
+            match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// `INIT → EXPIRED`, by the worker (which holds a reference). When
+    /// that is the only reference nobody else can touch the word, and a
+    /// plain store does.
+    pub(crate) fn try_expire(&self) -> bool {
+        let word = &self.slot().word;
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            if state(w) != ST_INIT {
+                return false;
+            }
+            if refs(w) == 1 {
+                word.store(REF | ST_EXPIRED, Ordering::Relaxed);
+                return true;
+            }
+            let new = (w & !STATE_MASK) | ST_EXPIRED;
+            match word.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// Runs the task (after this thread moved the state to `EXPIRED`),
+    /// with this slot's handle.
+    ///
+    /// # Safety
+    /// The caller made the `INIT → EXPIRED` move and runs the task once.
+    pub(crate) unsafe fn run_task(&self) {
+        let s = self.slot();
+        // SAFETY: immutable while live.
+        let vtable = s.vtable.with(|v| unsafe { *v });
+        // SAFETY: the task is there (state was INIT) and ours to move out.
+        s.task
+            .with_mut(|area| unsafe { ((*vtable).run)(area, *self) });
+    }
+
+    /// Drops the task (after this thread moved the state out of `INIT`
+    /// without running it, or while freeing a never-claimed slot).
+    ///
+    /// # Safety
+    /// The caller owns the task (see `run_task`) and drops it once.
+    pub(crate) unsafe fn drop_task(&self) {
+        let s = self.slot();
+        // SAFETY: immutable while live.
+        let vtable = s.vtable.with(|v| unsafe { *v });
+        // SAFETY: the task is there and ours to drop.
+        s.task.with_mut(|area| unsafe { ((*vtable).drop)(area) });
+    }
+
+    /// The deadline as a `Duration`.
+    pub(crate) fn deadline_duration(&self) -> Duration {
+        Duration::from_nanos(self.deadline())
+    }
+}
+
+impl Placed for SlotRef {
+    fn pos(&self) -> u32 {
+        SlotRef::pos(self)
+    }
+
+    fn set_pos(&self, pos: u32) {
+        SlotRef::set_pos(self, pos)
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
+
+    #[inline(always)]
+    fn prefetch(&self) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        // SAFETY: a prefetch is a hint: it reads nothing the program can
+        // observe and never faults, whatever the address (this one is a
+        // live slot anyway); SSE, which it needs, is part of x86-64.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().cast::<i8>());
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Unit tests that span the timer's layers: a slot's whole life (entry
+//! state, task storage, pool), and the calling thread's producer cache
+//! against a real timer. Run under Miri by `.ci/run` with the other unit
+//! tests of `timer::`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering as O};
+
+use super::entry::SlotRef;
+use super::local::{cache_state, mine};
+use super::pool::{Frees, Pool, SLOTS_PER_CHUNK, owner_of, release, release_into};
+use super::producer::Producer;
+use super::task::fits_inline;
+use super::test_support::{Tally, new_slot, producer, task};
+use super::{HashedWheelTimer, ManualClock};
+
+#[test]
+fn small_tasks_live_in_the_slot_and_large_ones_in_a_box() {
+    assert!(fits_inline::<[usize; 2]>());
+    assert!(!fits_inline::<[usize; 3]>());
+    assert!(!fits_inline::<u128>(), "alignment above the slot's");
+    assert_eq!(std::mem::size_of::<super::entry::Slot>(), 40);
+    assert_eq!(SLOTS_PER_CHUNK, 102);
+}
+
+#[test]
+fn an_expired_task_runs_once_and_is_dropped_once_inline_or_boxed() {
+    let p = producer();
+    let small = Arc::new(Tally::default());
+    let large = Arc::new(Tally::default());
+    for (slot, t) in [
+        (new_slot(&p, 1, task::<1>(&small)), &small),
+        (new_slot(&p, 1, task::<64>(&large)), &large),
+    ] {
+        assert_eq!(slot.deadline(), 42);
+        assert!(slot.try_expire());
+        assert!(!slot.try_cancel(0), "expired is final");
+        // SAFETY: this test made the move to EXPIRED, once.
+        unsafe { slot.run_task() };
+        release(slot);
+        assert_eq!(t.ran.load(O::SeqCst), 1);
+        assert_eq!(t.dropped.load(O::SeqCst), 1);
+    }
+    // SAFETY: this thread owns the pool.
+    unsafe { Pool::close(&p.pool) };
+    assert_eq!(
+        Arc::strong_count(&p),
+        1,
+        "the chunks let go of the producer"
+    );
+}
+
+#[test]
+fn a_cancelled_task_is_dropped_by_the_canceller_and_never_runs() {
+    let p = producer();
+    let t = Arc::new(Tally::default());
+    let slot = new_slot(&p, 2, task::<8>(&t));
+    assert!(slot.try_cancel(1));
+    assert!(!slot.try_cancel(1), "a second cancel loses");
+    assert!(!slot.try_expire(), "cancelled is final");
+    // SAFETY: the cancel above won.
+    unsafe { slot.drop_task() };
+    assert_eq!(t.dropped.load(O::SeqCst), 1);
+    for _ in 0..3 {
+        release(slot);
+    }
+    assert_eq!(t.ran.load(O::SeqCst), 0);
+    assert_eq!(
+        t.dropped.load(O::SeqCst),
+        1,
+        "freeing does not drop it again"
+    );
+    // SAFETY: this thread owns the pool.
+    unsafe { Pool::close(&p.pool) };
+    assert_eq!(Arc::strong_count(&p), 1);
+}
+
+#[test]
+fn a_never_claimed_slot_drops_its_task_when_its_last_reference_goes() {
+    let p = producer();
+    let t = Arc::new(Tally::default());
+    let slot = new_slot(&p, 2, task::<24>(&t));
+    slot.add_ref();
+    release(slot);
+    release(slot);
+    assert_eq!(t.dropped.load(O::SeqCst), 0, "one reference is left");
+    release(slot);
+    assert_eq!(t.dropped.load(O::SeqCst), 1);
+    assert_eq!(t.ran.load(O::SeqCst), 0);
+    unsafe { Pool::close(&p.pool) };
+}
+
+#[test]
+fn freed_slots_are_reused_and_the_chunks_go_with_the_last_slot_after_close() {
+    let p = producer();
+    let t = Arc::new(Tally::default());
+    let first: Vec<SlotRef> = (0..250).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+    let addrs: std::collections::BTreeSet<usize> = first.iter().map(|s| s.0.addr().get()).collect();
+    for s in first {
+        release(s);
+    }
+    let again: Vec<SlotRef> = (0..250).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+    assert!(
+        again.iter().all(|s| addrs.contains(&s.0.addr().get())),
+        "freed slots come back before new ones are carved"
+    );
+    let (keep, rest) = again.split_at(1);
+    for &s in rest {
+        release(s);
+    }
+    // SAFETY: this thread owns the pool.
+    unsafe { Pool::close(&p.pool) };
+    assert_eq!(Arc::strong_count(&p), 2, "one slot still holds the chunks");
+    release(keep[0]);
+    assert_eq!(Arc::strong_count(&p), 1, "released with the last slot");
+    assert_eq!(t.dropped.load(O::SeqCst), 500);
+}
+
+#[test]
+fn a_never_claimed_task_whose_drop_panics_still_gives_its_slot_back() {
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("a task's drop panicked");
+        }
+    }
+    let p = producer();
+    let bomb = Bomb;
+    let slot = new_slot(&p, 1, move |_| drop(bomb));
+    let released = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| release(slot)));
+    assert!(released.is_err(), "the panic reaches the caller");
+    // SAFETY: this thread owns the pool.
+    unsafe { Pool::close(&p.pool) };
+    assert_eq!(
+        Arc::strong_count(&p),
+        1,
+        "the slot came back, so the chunks went"
+    );
+}
+
+#[test]
+fn a_closed_pool_hands_out_no_slot() {
+    let p = producer();
+    let t = Arc::new(Tally::default());
+    let live = new_slot(&p, 1, task::<1>(&t));
+    // SAFETY: this thread owns the pool.
+    unsafe { Pool::close(&p.pool) };
+    // SAFETY: as above.
+    assert!(unsafe { Producer::alloc(Arc::as_ptr(&p)) }.is_none());
+    // A slot freed on another thread after the close does not come back.
+    std::thread::scope(|s| {
+        s.spawn(|| release(live));
+    });
+    assert!(unsafe { Producer::alloc(Arc::as_ptr(&p)) }.is_none());
+    assert_eq!(
+        Arc::strong_count(&p),
+        1,
+        "the last slot released the chunks"
+    );
+    assert_eq!(t.dropped.load(O::SeqCst), 1);
+}
+
+#[test]
+fn slots_freed_on_other_threads_go_back_to_their_pool() {
+    let p = producer();
+    let t = Arc::new(Tally::default());
+    let slots: Vec<SlotRef> = (0..150).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+    let addrs: std::collections::BTreeSet<usize> = slots.iter().map(|s| s.0.addr().get()).collect();
+    std::thread::scope(|s| {
+        let (a, b) = slots.split_at(75);
+        s.spawn(move || {
+            let mut frees = Frees::new();
+            for slot in a {
+                release_into(*slot, &mut frees);
+            }
+        });
+        s.spawn(move || {
+            for &slot in b {
+                release(slot);
+            }
+        });
+    });
+    assert_eq!(t.dropped.load(O::SeqCst), 150);
+    // The pool has 54 carved-but-unused slots in its chunk; then the
+    // remote ones come back.
+    let again: Vec<SlotRef> = (0..204).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+    let reused = again
+        .iter()
+        .filter(|s| addrs.contains(&s.0.addr().get()))
+        .count();
+    assert_eq!(reused, 150);
+    for s in again {
+        release(s);
+    }
+    unsafe { Pool::close(&p.pool) };
+    assert_eq!(Arc::strong_count(&p), 1);
+}
+
+#[test]
+fn a_slot_finds_its_producer_through_its_chunk() {
+    let p = producer();
+    let t = Arc::new(Tally::default());
+    let slots: Vec<SlotRef> = (0..300).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+    assert!(
+        slots
+            .iter()
+            .all(|s| std::ptr::eq(owner_of(s.0), Arc::as_ptr(&p).cast()))
+    );
+    for s in slots {
+        release(s);
+    }
+    unsafe { Pool::close(&p.pool) };
+}
+
+/// Issue 18, item 1: on one thread, timer A is used, stopped and
+/// dropped; B's `new_timeout` loses its race with `B.stop()` at the
+/// lookup (played here step by step: the lookup runs after the stop);
+/// then C, built where A was, schedules. The thread's cache must never
+/// name a producer that nothing keeps alive.
+#[test]
+fn the_producer_cache_never_outlives_its_producer() {
+    use std::time::Duration;
+
+    let build = || {
+        HashedWheelTimer::builder()
+            .clock(ManualClock::new())
+            .build()
+            .expect("valid arguments")
+    };
+    let key = |t: &HashedWheelTimer| Arc::as_ptr(&t.handle.shared).addr();
+
+    let a = build();
+    let key_a = key(&a);
+    drop(
+        a.new_timeout(Duration::from_secs(1), |_| {})
+            .expect("A runs"),
+    );
+    let (cached_a, _) = cache_state();
+    assert_ne!(cached_a, 0, "A's producer is cached");
+    drop(a.stop().expect("stop from outside a task"));
+    drop(a);
+
+    // B: its `new_timeout` passed the state check, then `stop()` ran,
+    // then it looks up its producer (registration refused).
+    let b = build();
+    let b_shared = Arc::clone(&b.handle.shared);
+    drop(b.stop().expect("stop from outside a task"));
+    assert!(mine(key(&b), || b_shared.register()).is_none());
+    drop(b_shared);
+
+    // C, at A's address if the allocator gives it (it usually does).
+    let mut others = Vec::new();
+    let c = loop {
+        let c = build();
+        if key(&c) == key_a || others.len() == 64 {
+            break c;
+        }
+        others.push(c);
+    };
+    let (cached, listed) = cache_state();
+    let dangling = cached != 0 && !listed.contains(&cached);
+    eprintln!("DEBUG key match {} dangling {dangling}", key(&c) == key_a);
+    // Before the fix this lookup hit the cache and used the freed
+    // producer (Miri: use after free; natively: a panic or worse).
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&ran);
+    let scheduled = c.new_timeout(Duration::ZERO, move |_| {
+        r.fetch_add(1, O::SeqCst);
+    });
+    assert!(
+        !dangling,
+        "the cache names producer {cached:#x}, which no list holds (A's was {cached_a:#x})"
+    );
+    assert!(scheduled.is_ok(), "C refused a timeout: {scheduled:?}");
+    let never_ran = c.stop().expect("stop from outside a task");
+    assert_eq!(never_ran.len() + ran.load(O::SeqCst), 1);
+    drop((never_ran, scheduled, others));
+    let (cached, listed) = cache_state();
+    assert!(cached == 0 || listed.contains(&cached));
+}
+
+/// Every path of a timeout through the real worker, small enough for
+/// Miri: two producer threads schedule, take back (cancel right after
+/// scheduling), cancel later and leave timeouts to fire, to an executor or
+/// on the worker, then `stop()` collects the rest. Each task runs or is
+/// dropped exactly once, and every slot goes back (the producers' threads
+/// have left, so their pools close and free their chunks).
+#[test]
+fn timeouts_from_two_threads_run_or_drop_once_through_the_worker() {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    let ms = Duration::from_millis;
+    for with_executor in [false, true] {
+        let clock = ManualClock::new();
+        let mut builder = HashedWheelTimer::builder()
+            .tick_duration(ms(10))
+            .ticks_per_wheel(8)
+            .clock(clock.clone());
+        if with_executor {
+            builder = builder.executor(|job: super::Job| job.run());
+        }
+        let timer = builder.build().expect("valid arguments");
+        let tally = Arc::new(Tally::default());
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        std::thread::scope(|s| {
+            for thread in 0..2u64 {
+                let (timer, tally, kept) = (&timer, &tally, &kept);
+                s.spawn(move || {
+                    for i in 0..12u64 {
+                        let delay = ms(5 + 10 * ((i + thread) % 6) + 100 * (i % 2));
+                        let t = timer.new_timeout(delay, task::<8>(tally)).expect("running");
+                        match i % 4 {
+                            0 => assert!(t.cancel(), "taken back at once"),
+                            1 => kept.lock().unwrap().push(t),
+                            _ => drop(t),
+                        }
+                    }
+                });
+            }
+        });
+        for t in kept.lock().unwrap().iter().step_by(2) {
+            assert!(t.cancel());
+        }
+        clock.advance(ms(70));
+        let never_ran = timer.stop().expect("stop from outside a task");
+        let (ran, dropped) = (tally.ran.load(O::SeqCst), tally.dropped.load(O::SeqCst));
+        assert_eq!(dropped, 24, "every task dropped once (run or not)");
+        assert_eq!(
+            ran + never_ran.len() + 6 + 3,
+            24,
+            "ran, returned or cancelled"
+        );
+        assert_eq!(timer.pending_timeouts(), 0);
+        drop((never_ran, kept));
+    }
+}

@@ -1,0 +1,268 @@
+//! The web dashboard (feature `web`): every queue, its messages and dead
+//! letters, and the held locks, in a browser; the same data as JSON; and
+//! the operator's actions (requeue dead letters, remove a message,
+//! force-unlock a lock).
+//!
+//! ```no_run
+//! use redwheel::Redwheel;
+//! use redwheel::web::Dashboard;
+//!
+//! let rw = Redwheel::connect("redis://127.0.0.1:6379")?;
+//! let server = Dashboard::new(&rw).token("s3cret").serve("127.0.0.1:7780")?;
+//! println!("dashboard on {}", server.url());
+//! // … the service goes on; at shutdown:
+//! server.stop();
+//! # Ok::<(), redwheel::Error>(())
+//! ```
+//!
+//! The command-line tool serves the same: `redwheel web --url redis://…
+//! [--cluster …] [--listen 127.0.0.1:7780] [--token T] [--read-only]`.
+//!
+//! # Routes
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `GET /` | every queue (as [`Redwheel::find_queues`] finds them), the queue in trouble on top |
+//! | `GET /queues/{name}` | one queue: counts, the first messages of each state, dead letters |
+//! | `GET /locks` | held locks |
+//! | `GET /api/queues` | a JSON array, one object per queue, in the overview's order |
+//! | `GET /api/queues/{name}` | one queue as JSON (404 if it has no key in Redis) |
+//! | `GET /api/locks` | a JSON array of held locks |
+//! | `GET /api/status` | Redis reachable or not, the age of the overview's data, the last refresh's cost |
+//! | `POST /api/queues/{name}/requeue-dead` | [`Queue::requeue_dead`]: `?count=N` oldest dead letters, or all (the default) |
+//! | `POST /api/queues/{name}/messages/{id}/remove` | [`Queue::remove`] |
+//! | `POST /api/locks/{name}/force-unlock` | [`Lock::force_unlock`] |
+//!
+//! Names and ids in a path are percent-encoded (`%2F` for a `/` in a
+//! name). `/queues/{name}` and `/api/queues/{name}` take `?limit=N`
+//! (messages listed per state, default 20, at most 500) and `?show=ID`
+//! (that message's whole payload, up to 1 MiB, instead of a preview).
+//!
+//! ## JSON
+//!
+//! `GET /api/queues`: `[{"name", "status", "delayed", "ready", "in_flight",
+//! "dead", "oldest_overdue_ms", "next_due_ms", "server_time_ms",
+//! "delivered", "delivered_per_sec", "rate_history", "error"}]`: `status`
+//! is `error` (the queue could not be read), `overdue` (a message has been
+//! due longer than [`Dashboard::overdue_alert`]), `dead` (it has dead
+//! letters) or `ok`; `delivered` is the queue's delivery counter,
+//! `delivered_per_sec` its rate over the last minute and `rate_history`
+//! the rates of the last minutes, oldest first, at most 60 points; times
+//! are epoch ms on the Redis clock, durations ms; an unknown value is
+//! `null`. The headers `X-Redwheel-Redis` (`up`, `slow`, `down`,
+//! `starting`) and `X-Redwheel-Snapshot-Age-Ms` say how fresh it is; with
+//! no data yet it is a 503.
+//!
+//! `GET /api/queues/{name}`: `{"name", "server_time_ms", "stats": {"delayed",
+//! "ready", "in_flight", "dead", "oldest_overdue_ms", "next_due_ms"},
+//! "delivered_per_sec", "rate_history", "limit", "messages": {"delayed":
+//! [..], "ready": [..], "in_flight": [..], "dead": [..]}}`, each message
+//! `{"id", "due_ms", "attempts", "payload_bytes", "payload_text" (UTF-8) or
+//! "payload_hex", "payload_truncated"}`, plus `"visible_until_ms"` in
+//! flight, `"died_ms"` and `"reason"` for dead letters.
+//!
+//! `GET /api/locks`: `[{"name", "holders": [{"owner", "holds"}], "token",
+//! "ttl_ms", "last_token"}]`. Waiters are not listed: a waiting process
+//! keeps its waiters in its own memory, not in Redis.
+//!
+//! An action answers `{"ok": true, "message", …}` (`"requeued"`,
+//! `"removed"`, `"released"`), and every error `{"ok": false, "error":
+//! {"kind", "message"}}` with a status: 400 bad input, 401 no or a wrong
+//! token, 403 read-only or a cross-site request, 404 unknown queue or id,
+//! 405 wrong method (an action is never reachable by `GET`), 421 a `Host`
+//! that is not this server's, 503 Redis down or not answering in time
+//! (for an action: it may still take effect).
+//!
+//! # Safety
+//!
+//! * The command-line tool listens on loopback unless `--listen` says
+//!   otherwise. While listening on loopback, a request whose `Host` is
+//!   not a loopback name is refused (421): a web page cannot reach the
+//!   dashboard by DNS rebinding.
+//! * Actions are `POST`s only. A token ([`Dashboard::token`]) makes each
+//!   one need `Authorization: Bearer <token>` (the page asks for it once
+//!   and keeps it in the tab's session storage); read-only
+//!   ([`Dashboard::read_only`]) refuses them all and hides their buttons.
+//!   A request that a browser marks as coming from another site (its
+//!   `Origin`, else its `Referer`, names another host) is refused (403),
+//!   token or not. Reads need no token: whoever reaches the port sees
+//!   the payloads, so keep it on loopback or behind a proxy that
+//!   authenticates.
+//! * Every queue name, id, payload and reason is escaped; payloads that are
+//!   not UTF-8 show as hex. Pages carry a `Content-Security-Policy` that
+//!   allows only the dashboard's own script and style, so even a missed
+//!   escape could not run a script. Nothing is fetched from elsewhere: the
+//!   style and script are compiled in.
+//! * Nothing waits on Redis longer than [`Dashboard::page_timeout`]: the
+//!   overview is served from a snapshot that a background thread refreshes
+//!   ([`Dashboard::refresh_interval`]), with its age and whether Redis is
+//!   down or slow; the other pages read Redis on a helper thread and, past
+//!   the timeout, say that Redis did not answer. Once Redis is back, the
+//!   next refresh shows it, without a reload.
+//!
+//! # What it costs Redis
+//!
+//! One refresh reads every known queue in **one pipelined round trip per
+//! master**: the stats script and the delivery counter of each queue
+//! (two commands per queue). Queues are found by `SCAN` over every master
+//! at start and then every [`Dashboard::rescan_interval`] (default 30 s).
+//! The page's own live refresh reads nothing from Redis on the overview;
+//! a queue page reads that queue (about 10 round trips) each time it
+//! refreshes; the locks page runs a `SCAN` and one round trip per held lock.
+//! README "Dashboard" has the measured figures.
+//!
+//! # Actions open the queue
+//!
+//! Requeue and remove go through [`Queue`], so the first action on a
+//! queue opens it in the dashboard's [`Redwheel`] with default
+//! [`QueueOptions`](crate::QueueOptions) (as the command-line tool's
+//! `requeue-dead` and `remove` do): from then on this process also runs
+//! that queue's transfer job, and applies its `max_deliveries` (10 by
+//! default) to expired claims it finds. A service that serves the
+//! dashboard on its own `Redwheel` has its queues open already with its
+//! own options, which are the ones kept.
+//!
+//! [`Queue`]: crate::Queue
+//! [`Queue::requeue_dead`]: crate::Queue::requeue_dead
+//! [`Queue::remove`]: crate::Queue::remove
+//! [`Lock::force_unlock`]: crate::Lock::force_unlock
+
+mod actions;
+mod bounded;
+mod chart;
+mod config;
+mod detail;
+mod gather;
+mod guard;
+mod html;
+mod model;
+mod pages;
+mod payload;
+mod refresher;
+mod router;
+mod server;
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind};
+use crate::runtime::Redwheel;
+
+use self::config::Config;
+pub use self::server::Server;
+
+/// A web dashboard on a [`Redwheel`]: configure it, then
+/// [`serve`](Dashboard::serve) it. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Dashboard {
+    rw: Redwheel,
+    config: Config,
+}
+
+impl Dashboard {
+    /// A dashboard over what `rw` is connected to (one server or a
+    /// cluster), with no token, actions allowed.
+    pub fn new(rw: &Redwheel) -> Dashboard {
+        Dashboard {
+            rw: rw.clone(),
+            config: Config::default(),
+        }
+    }
+
+    /// Actions need `Authorization: Bearer <token>` (else 401). 1 to 256
+    /// visible ASCII characters.
+    pub fn token(mut self, token: impl Into<String>) -> Dashboard {
+        self.config.token = Some(token.into());
+        self
+    }
+
+    /// Refuses every action (403) and shows no action button.
+    pub fn read_only(mut self, read_only: bool) -> Dashboard {
+        self.config.read_only = read_only;
+        self
+    }
+
+    /// How often the background thread reads every queue's counts for the
+    /// overview, and how often an open page refreshes itself. 100 ms ..=
+    /// 1 h; default 2 s.
+    pub fn refresh_interval(mut self, d: Duration) -> Dashboard {
+        self.config.refresh = d;
+        self
+    }
+
+    /// How often the queues are looked for again (`SCAN` over the whole
+    /// keyspace of every master). 1 s ..= 1 day; default 30 s.
+    pub fn rescan_interval(mut self, d: Duration) -> Dashboard {
+        self.config.rescan = d;
+        self
+    }
+
+    /// The longest a request waits for Redis before the page says that
+    /// Redis did not answer. 100 ms ..= 60 s; default 2 s.
+    pub fn page_timeout(mut self, d: Duration) -> Dashboard {
+        self.config.page_timeout = d;
+        self
+    }
+
+    /// A queue whose oldest due message has waited this long is marked
+    /// `overdue` and listed first. Default 60 s; at least 1 ms.
+    pub fn overdue_alert(mut self, d: Duration) -> Dashboard {
+        self.config.overdue_alert = d;
+        self
+    }
+
+    /// Binds `addr` and serves the dashboard on threads of its own; returns
+    /// at once. Fails with [`ErrorKind::InvalidOption`] for an option out
+    /// of range or an address that cannot be bound. Bind a loopback address
+    /// unless the dashboard must be reached from elsewhere (see "Safety" in
+    /// the [module docs](self)).
+    pub fn serve(self, addr: impl ToSocketAddrs) -> Result<Server, Error> {
+        self.validate()?;
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidOption,
+                "the dashboard cannot listen on that address",
+            )
+            .with_cause(e)
+        })?;
+        self.serve_on(listener)
+    }
+
+    /// As [`serve`](Dashboard::serve), on a listener the caller bound.
+    pub fn serve_on(self, listener: TcpListener) -> Result<Server, Error> {
+        self.validate()?;
+        let addr: SocketAddr = listener.local_addr().map_err(|e| {
+            Error::new(ErrorKind::InvalidOption, "the listener has no address").with_cause(e)
+        })?;
+        server::start(self.rw, Arc::new(self.config), listener, addr)
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let c = &self.config;
+        let bad = |name: &str, reason: &str| {
+            Err(Error::new(
+                ErrorKind::InvalidOption,
+                format!("invalid option `{name}`: {reason}"),
+            ))
+        };
+        if let Some(t) = &c.token
+            && (t.is_empty() || t.len() > 256 || !t.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return bad("token", "must be 1 to 256 visible ASCII characters");
+        }
+        if c.refresh < Duration::from_millis(100) || c.refresh > Duration::from_secs(3_600) {
+            return bad("refresh_interval", "must be within 100 ms ..= 1 h");
+        }
+        if c.rescan < Duration::from_secs(1) || c.rescan > Duration::from_secs(86_400) {
+            return bad("rescan_interval", "must be within 1 s ..= 1 day");
+        }
+        if c.page_timeout < Duration::from_millis(100) || c.page_timeout > Duration::from_secs(60) {
+            return bad("page_timeout", "must be within 100 ms ..= 60 s");
+        }
+        if c.overdue_alert < Duration::from_millis(1) {
+            return bad("overdue_alert", "must be at least 1 ms");
+        }
+        Ok(())
+    }
+}
