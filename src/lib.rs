@@ -218,7 +218,7 @@ pub use runtime::{DriverStats, Redwheel, RedwheelOptions};
 #[doc(hidden)]
 pub mod test_support {
     pub use crate::runtime::test_hooks::{skew_clock_estimate, stall_wheel};
-    pub use crate::scripts::script_sha;
+    pub use crate::scripts::{load_script, script_sha};
 }
 
 /// The README's code blocks, compiled and run as doc tests.

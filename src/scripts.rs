@@ -209,7 +209,18 @@ pub(crate) const FIRE_GROUPS_MAX: usize = 1_000;
 /// it (with the functions put in front of it), for redwheel's own fault
 /// tests and chaos run, which aim faults at one script's `EVALSHA`.
 pub fn script_sha(name: &str) -> Option<String> {
-    let script: &Script = match name {
+    by_name(name).map(|s| s.get_hash().to_owned())
+}
+
+/// Loads the script named `name` (as [`script_sha`] names it) into the
+/// server behind `con` (`SCRIPT LOAD`), for tests that run a script by
+/// hand with `EVALSHA`; its SHA1, or `None` for an unknown name.
+pub fn load_script(con: &mut dyn redis::ConnectionLike, name: &str) -> Option<String> {
+    by_name(name)?.load(con).ok()
+}
+
+fn by_name(name: &str) -> Option<&'static Script> {
+    Some(match name {
         "offer" => &OFFER,
         "offer_with" => &OFFER_WITH,
         "offer_batch" => &OFFER_BATCH,
@@ -239,8 +250,7 @@ pub fn script_sha(name: &str) -> Option<String> {
         "schedule_read" => &SCHEDULE_READ,
         "schedule_fire" => &SCHEDULE_FIRE,
         _ => return None,
-    };
-    Some(script.get_hash().to_owned())
+    })
 }
 
 /// Most messages one `offer_batch.lua` call carries (3 ARGV each; Lua's

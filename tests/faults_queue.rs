@@ -322,23 +322,38 @@ fn an_old_attempt_of_an_earlier_take_takes_nothing_and_a_resend_takes_nothing_mo
     ])
     .unwrap();
     env.wait_ready("q", 2);
+    let sha = {
+        let mut con = redis::Client::open(env.server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redwheel::test_support::load_script(&mut con, scripts::TAKE).expect("take.lua")
+    };
+    let k = |suffix: &str| format!("redwheel:{{q}}:{suffix}");
+    let keys = [
+        "ready",
+        "msg",
+        "attempts",
+        "counts",
+        "stale",
+        "reply:test.0",
+        "controls",
+        "prioritized",
+        "priority",
+        "expires",
+        "rate",
+        "dead",
+        "reason",
+    ]
+    .map(k);
+    // Its reply's strings (the header's integers, the controls' gate and
+    // the count of messages found past their ttl, are not strings):
+    // `{id, value}`, or nothing.
     let take = |seq: &str| {
-        strings(
-            &env.server,
-            &[
-                "EVAL",
-                scripts::TAKE,
-                "6",
-                "redwheel:{q}:ready",
-                "redwheel:{q}:msg",
-                "redwheel:{q}:attempts",
-                "redwheel:{q}:counts",
-                "redwheel:{q}:stale",
-                "redwheel:{q}:reply:test.0",
-                seq,
-                "60000",
-            ],
-        )
+        let mut cmd = vec!["EVALSHA", sha.as_str(), "13"];
+        cmd.extend(keys.iter().map(String::as_str));
+        cmd.extend([seq, "60000", "test"]);
+        strings(&env.server, &cmd)
     };
     let first = take("5");
     assert_eq!(first.len(), 2, "{first:?}");

@@ -349,32 +349,45 @@ fn an_old_attempt_of_an_earlier_claim_claims_nothing_and_a_resend_counts_no_atte
     ])
     .unwrap();
     env.wait_ready("q", 2);
+    let sha = {
+        let mut con = redis::Client::open(env.server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redwheel::test_support::load_script(&mut con, scripts::CLAIM).expect("claim.lua")
+    };
+    let keys = [
+        "ready",
+        "msg",
+        "inflight",
+        "lease",
+        "attempts",
+        "counts",
+        "stale",
+        "reply:test.0",
+        "head",
+        "controls",
+        "prioritized",
+        "priority",
+        "expires",
+        "rate",
+        "dead",
+        "reason",
+        "wake",
+    ]
+    .map(|k| format!("redwheel:{{q}}:{k}"));
     let claim = |seq: &str, vis: &str| {
-        let resp = env.server.cmd(&[
-            "EVAL",
-            scripts::CLAIM,
-            "9",
-            "redwheel:{q}:ready",
-            "redwheel:{q}:msg",
-            "redwheel:{q}:inflight",
-            "redwheel:{q}:lease",
-            "redwheel:{q}:attempts",
-            "redwheel:{q}:counts",
-            "redwheel:{q}:stale",
-            "redwheel:{q}:reply:test.0",
-            "redwheel:{q}:head",
-            vis,
-            "tok",
-            "1",
-            seq,
-            "60000",
-            "0",
-        ]);
-        // { deadline, refused, acked, id, value, attempt, token }
+        let mut cmd = vec!["EVALSHA", sha.as_str(), "17"];
+        cmd.extend(keys.iter().map(String::as_str));
+        cmd.extend([vis, "tok", "1", seq, "60000", "0"]);
+        let resp = env.server.cmd(&cmd);
+        // { gate, expired, deadline, refused, acked, id, value, attempt,
+        // token }: the header's gate and expired count left out.
         let ints: Vec<i64> = resp
             .split("\r\n")
             .filter_map(|l| l.strip_prefix(':'))
             .map(|n| n.parse().unwrap())
+            .skip(2)
             .collect();
         (ints, faults_common::parse_strings(&resp))
     };
