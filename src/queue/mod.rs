@@ -172,6 +172,8 @@ pub use self::stats::QueueStats;
 #[cfg(feature = "web")]
 pub(crate) use self::keys::Keys;
 #[cfg(feature = "web")]
+pub(crate) use self::limits::{decode_paused, pipe_paused};
+#[cfg(feature = "web")]
 pub(crate) use self::stats::{decode_stats, pipe_stats};
 
 /// Checks a queue name as [`Redwheel::queue`] does, without Redis: non-empty,
