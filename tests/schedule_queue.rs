@@ -371,14 +371,14 @@ fn trigger_schedule_offers_the_stored_payload_now_and_leaves_the_schedule_as_it_
     // Each call offers one more; the schedule is unchanged.
     let second = q.trigger_schedule("nightly").unwrap().expect("it exists");
     assert_ne!(second, id);
-    assert_eq!(q.stats().unwrap().ready, 1);
+    assert_eq!(q.len().unwrap(), 1, "one message, delayed or ready");
     assert_eq!(q.schedules().unwrap(), before);
 
     // No schedule of that name: nothing is offered.
     assert_eq!(q.trigger_schedule("nope").unwrap(), None);
     q.unschedule("nightly").unwrap();
     assert_eq!(q.trigger_schedule("nightly").unwrap(), None);
-    assert_eq!(q.stats().unwrap().ready, 1);
+    assert_eq!(q.len().unwrap(), 1);
     let e = q.trigger_schedule("a{b").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidName);
 }
