@@ -344,3 +344,41 @@ fn a_process_whose_copy_predates_a_redis_data_loss_reads_the_schedules_again() {
         );
     }
 }
+
+#[test]
+fn trigger_schedule_offers_the_stored_payload_now_and_leaves_the_schedule_as_it_was() {
+    let server = RedisServer::start();
+    let rw = server.connect();
+    let q = rw.queue::<String>("by-hand").unwrap();
+    let daily = Schedule::cron("0 3 * * *").unwrap();
+    q.schedule("nightly", &daily, &"build the report".to_string())
+        .unwrap();
+    assert!(q.pause_schedule("nightly").unwrap());
+    let before = q.schedules().unwrap();
+
+    // Paused or not, the trigger offers one message now with the payload.
+    let id = q.trigger_schedule("nightly").unwrap().expect("it exists");
+    assert!(
+        parse_occurrence_id(id.as_str()).is_none(),
+        "{id} is not an occurrence id"
+    );
+    let m = q
+        .poll(HANG)
+        .unwrap()
+        .expect("the triggered message is due at once");
+    assert_eq!((m.id(), m.payload().as_str()), (&id, "build the report"));
+
+    // Each call offers one more; the schedule is unchanged.
+    let second = q.trigger_schedule("nightly").unwrap().expect("it exists");
+    assert_ne!(second, id);
+    assert_eq!(q.len().unwrap(), 1, "one message, delayed or ready");
+    assert_eq!(q.schedules().unwrap(), before);
+
+    // No schedule of that name: nothing is offered.
+    assert_eq!(q.trigger_schedule("nope").unwrap(), None);
+    q.unschedule("nightly").unwrap();
+    assert_eq!(q.trigger_schedule("nightly").unwrap(), None);
+    assert_eq!(q.len().unwrap(), 1);
+    let e = q.trigger_schedule("a{b").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+}

@@ -5,16 +5,21 @@
 mod support;
 
 use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use redwheel::schedule::Schedule;
 use redwheel::web::{Dashboard, Server};
-use redwheel::{ErrorKind, Redwheel, RedwheelOptions};
+use redwheel::{ErrorKind, QueueOptions, Redwheel, RedwheelOptions};
 use serde_json::{Value, json};
 use support::RedisServer;
 use support::browser::{dashboard_status, http, queue_with_dead, wait_fresh_snapshot, wait_stats};
 use support::cluster::RedisCluster;
 
 const HOUR: Duration = Duration::from_secs(3_600);
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
 
 fn options() -> RedwheelOptions {
     RedwheelOptions::default()
@@ -270,6 +275,179 @@ fn remove_and_force_unlock_go_through_the_library() {
 }
 
 #[test]
+fn pause_and_resume_need_the_token_and_go_through_the_library() {
+    let redis = RedisServer::start();
+    let rw = Redwheel::connect_with(&redis.url(), options()).unwrap();
+    let q = rw.queue::<String>("emails").unwrap();
+    q.offer(&"hello".to_owned(), HOUR).unwrap();
+    let auth = ("Authorization", "Bearer t0ken");
+    let read_only = serve(&rw, |d| d.read_only(true).token("t0ken"));
+    let web = serve(&rw, |d| d.token("t0ken"));
+    let addr = web.local_addr();
+
+    for path in ["/api/queues/emails/pause", "/api/queues/emails/resume"] {
+        assert_eq!(http(addr, "POST", path, &[]).status, 401, "{path}");
+        let r = http(read_only.local_addr(), "POST", path, &[auth]);
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert_eq!(http(addr, "GET", path, &[auth]).status, 405, "{path}");
+    }
+    assert!(!q.is_paused().unwrap(), "nothing was paused");
+
+    let r = http(addr, "POST", "/api/queues/emails/pause", &[auth]);
+    assert_eq!(
+        (r.status, &r.json()["paused"]),
+        (200, &json!(true)),
+        "{}",
+        r.body
+    );
+    assert!(q.is_paused().unwrap());
+    // The overview's row and the queue's document show it.
+    wait_fresh(&web);
+    let rows = get(&web, "/api/queues").json();
+    assert_eq!(rows[0]["name"], "emails");
+    assert_eq!(rows[0]["paused"], true);
+    let doc = get(&web, "/api/queues/emails").json();
+    assert_eq!(
+        (&doc["paused"], &doc["controls"]["paused"]),
+        (&json!(true), &json!(true))
+    );
+    let page = get(&web, "/queues/emails");
+    assert!(page.body.contains("data-paused"), "{}", page.body);
+    assert!(page.body.contains("/api/queues/emails/resume"));
+
+    let r = http(addr, "POST", "/api/queues/emails/resume", &[auth]);
+    assert_eq!(
+        (r.status, &r.json()["paused"]),
+        (200, &json!(false)),
+        "{}",
+        r.body
+    );
+    assert!(!q.is_paused().unwrap());
+    wait_fresh(&web);
+    assert_eq!(get(&web, "/api/queues").json()[0]["paused"], false);
+    assert_eq!(get(&web, "/api/queues/emails").json()["paused"], false);
+    assert!(
+        get(&web, "/queues/emails")
+            .body
+            .contains("/api/queues/emails/pause")
+    );
+
+    // An unknown queue is not created by a pause.
+    let r = http(addr, "POST", "/api/queues/never-seen/pause", &[auth]);
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(!rw.inspect_queue("never-seen").unwrap().exists().unwrap());
+}
+
+#[test]
+fn the_queue_document_lists_its_controls_and_schedules() {
+    let redis = RedisServer::start();
+    let rw = Redwheel::connect_with(&redis.url(), options()).unwrap();
+    let q = rw
+        .queue_with::<String>(
+            "reports",
+            QueueOptions::default()
+                .rate_limit(5, Duration::from_secs(2))
+                .max_in_flight(7)
+                .max_len(1_000),
+        )
+        .unwrap();
+    let nightly = Schedule::cron("0 3 * * *")
+        .unwrap()
+        .time_zone("Europe/Berlin")
+        .unwrap();
+    q.schedule("nightly", &nightly, &"build".to_owned())
+        .unwrap();
+    q.schedule("<hourly>", &Schedule::every(HOUR), &"tick".to_owned())
+        .unwrap();
+    assert!(q.pause_schedule("<hourly>").unwrap());
+    let web = serve(&rw, |d| d);
+
+    let doc = get(&web, "/api/queues/reports").json();
+    assert_eq!(
+        doc["controls"],
+        json!({
+            "paused": false,
+            "rate_limit": {"max": 5, "per_ms": 2_000},
+            "max_in_flight": 7,
+            "max_len": 1_000,
+        })
+    );
+    let listed = q.schedules().unwrap();
+    let expected: Vec<Value> = listed
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "definition": s.definition,
+                "next_ms": s.next.map(ms),
+                "last_fired_ms": s.last_fired.map(ms),
+                "paused": s.paused,
+            })
+        })
+        .collect();
+    assert_eq!(doc["schedules"], Value::Array(expected));
+    assert_eq!(doc["schedules"][0]["name"], "<hourly>");
+    assert_eq!(doc["schedules"][0]["paused"], true);
+    assert_eq!(doc["schedules"][1]["definition"], nightly.definition());
+
+    let page = get(&web, "/queues/reports").body;
+    assert!(page.contains("&lt;hourly&gt;") && !page.contains("<hourly>"));
+    assert!(page.contains(&nightly.definition()));
+    assert!(page.contains("/api/queues/reports/schedules/nightly/trigger"));
+    assert!(page.contains("/api/queues/reports/schedules/%3Chourly%3E/trigger"));
+}
+
+#[test]
+fn trigger_offers_the_schedules_payload_now() {
+    let redis = RedisServer::start();
+    let rw = Redwheel::connect_with(&redis.url(), options()).unwrap();
+    let q = rw.queue::<String>("reports").unwrap();
+    q.schedule(
+        "nightly",
+        &Schedule::cron("0 3 * * *").unwrap(),
+        &"build".to_owned(),
+    )
+    .unwrap();
+    let auth = ("Authorization", "Bearer t0ken");
+    let read_only = serve(&rw, |d| d.read_only(true));
+    let web = serve(&rw, |d| d.token("t0ken"));
+    let addr = web.local_addr();
+    let path = "/api/queues/reports/schedules/nightly/trigger";
+
+    assert_eq!(http(addr, "POST", path, &[]).status, 401);
+    assert_eq!(http(read_only.local_addr(), "POST", path, &[]).status, 403);
+    assert_eq!(q.len().unwrap(), 0, "nothing was offered");
+
+    let r = http(addr, "POST", path, &[auth]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let m = q
+        .poll(Duration::from_secs(60))
+        .unwrap()
+        .expect("offered, due now");
+    assert_eq!(
+        (m.id().as_str(), m.payload().as_str()),
+        (id.as_str(), "build")
+    );
+
+    let none = http(
+        addr,
+        "POST",
+        "/api/queues/reports/schedules/nope/trigger",
+        &[auth],
+    );
+    assert_eq!(none.status, 404, "{}", none.body);
+    let bad = http(
+        addr,
+        "POST",
+        "/api/queues/reports/schedules/a%7Bb/trigger",
+        &[auth],
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(q.len().unwrap(), 0);
+}
+
+#[test]
 fn pages_escape_what_redis_holds_and_fetch_nothing_from_elsewhere() {
     let redis = RedisServer::start();
     let rw = Redwheel::connect_with(&redis.url(), options()).unwrap();
@@ -416,8 +594,8 @@ fn bad_options_and_a_busy_address_are_errors() {
 }
 
 /// Counts of the dashboard's commands (nothing else talks to the server
-/// while they are read): every refresh is one pipeline of two commands per
-/// queue per master.
+/// while they are read): every refresh is one pipeline of three commands
+/// per queue (stats, delivery counter, paused flag) per master.
 #[test]
 fn one_refresh_of_100_queues_is_one_pipelined_round_trip() {
     let redis = RedisServer::start();
@@ -437,16 +615,16 @@ fn one_refresh_of_100_queues_is_one_pipelined_round_trip() {
     let last = &status(&web)["last_refresh"];
     assert_eq!(
         (&last["round_trips"], &last["commands"]),
-        (&json!(1), &json!(200))
+        (&json!(1), &json!(300))
     );
     assert_eq!(
         get(&web, "/api/queues").json().as_array().unwrap().len(),
         100
     );
-    // Redis's own count agrees: about 100 EVALSHA per refresh, and 200
-    // HGET (Redis counts the two stats.lua makes per queue: the first
-    // ready message's due time and the count of expired messages; a round
-    // may be half done when the counts are read).
+    // Redis's own count agrees: about 100 EVALSHA and 300 HGET per
+    // refresh (the delivery counter, the paused flag, and stats.lua's own
+    // read of the expired counter), a round may be half done when the
+    // counts are read.
     let (evalsha, hget) = (redis.calls("evalsha"), redis.calls("hget"));
     let before = status(&web)["snapshot"].as_u64().unwrap();
     for _ in 0..4 {
@@ -454,11 +632,11 @@ fn one_refresh_of_100_queues_is_one_pipelined_round_trip() {
     }
     let (evalsha2, hget2) = (redis.calls("evalsha"), redis.calls("hget"));
     let rounds = status(&web)["snapshot"].as_u64().unwrap() - before;
-    for (what, delta, each) in [
-        ("evalsha", evalsha2 - evalsha, 100.0),
-        ("hget", hget2 - hget, 200.0),
+    for (what, delta, per_queue) in [
+        ("evalsha", evalsha2 - evalsha, 1.0),
+        ("hget", hget2 - hget, 3.0),
     ] {
-        let per = delta as f64 / rounds as f64;
+        let per = delta as f64 / rounds as f64 / per_queue;
         assert!(
             (0.8 * each..=1.2 * each).contains(&per),
             "{what}: {delta} in {rounds} rounds"

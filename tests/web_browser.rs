@@ -286,6 +286,54 @@ fn requeue_and_remove_by_clicking_change_the_counts() {
 }
 
 #[test]
+fn pause_by_clicking_marks_the_queue_paused_and_resume_clears_it() {
+    let redis = RedisServer::start();
+    let rw = Redwheel::connect(&redis.url()).unwrap();
+    let q = rw.queue::<String>("emails").unwrap();
+    q.offer(&"hello".to_owned(), HOUR).unwrap();
+    let (_web_rw, web) = dashboard(&redis, |d| d);
+    let browser = Browser::launch();
+    let page = browser.open(&format!("{}queues/emails", web.url()));
+    assert_eq!(
+        page.eval("document.querySelector('[data-paused]') === null"),
+        true
+    );
+
+    // "Pause" asks first; nothing happens before "Yes".
+    page.click("#controls button[data-step=ask]");
+    page.wait_for(
+        "the confirmation",
+        "!document.querySelector('#controls .confirm').hidden",
+    );
+    assert!(!q.is_paused().unwrap(), "asking changes nothing");
+    page.click("#controls button[data-step=yes]");
+    page.wait_for(
+        "the pause's message",
+        "document.getElementById('flash').textContent.includes('paused emails')",
+    );
+    page.wait_for(
+        "the paused mark",
+        "document.querySelector('h1 [data-paused]') !== null",
+    );
+    assert!(q.is_paused().unwrap());
+
+    // The overview marks the row too.
+    page.go(&web.url());
+    page.wait_for(
+        "the paused mark in the overview",
+        "document.querySelector('tr[data-queue=emails] [data-paused]') !== null",
+    );
+
+    page.go(&format!("{}queues/emails", web.url()));
+    page.click("#controls form[action$='/resume'] button");
+    page.wait_for(
+        "the paused mark to go",
+        "document.querySelector('h1 [data-paused]') === null",
+    );
+    assert!(!q.is_paused().unwrap());
+}
+
+#[test]
 fn payloads_names_and_reasons_show_as_text_and_run_no_script() {
     let redis = RedisServer::start();
     let rw = Redwheel::connect(&redis.url()).unwrap();

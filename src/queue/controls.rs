@@ -5,7 +5,7 @@
 
 use super::codec::Codec;
 use super::handle::Queue;
-use super::limits::{Limit, QueueLimits, read_limits, write_controls};
+use super::limits::{Limit, PAUSED, QueueLimits, read_limits, write_controls};
 use crate::error::Error;
 use crate::telemetry;
 
@@ -33,7 +33,7 @@ impl<T: Codec> Queue<T> {
     /// ```
     pub fn pause(&self) -> Result<(), Error> {
         let _span = telemetry::queue_op("pause", &self.state.name, 0);
-        write_controls(self.rt(), &self.state.keys, &[("paused", "1".to_owned())])
+        write_controls(self.rt(), &self.state.keys, &[(PAUSED, "1".to_owned())])
             .map_err(|e| self.tag(e))
     }
 
@@ -42,7 +42,7 @@ impl<T: Codec> Queue<T> {
     /// announcement is made up by each process's guard sweep). Idempotent.
     pub fn resume(&self) -> Result<(), Error> {
         let _span = telemetry::queue_op("resume", &self.state.name, 0);
-        write_controls(self.rt(), &self.state.keys, &[("paused", String::new())])
+        write_controls(self.rt(), &self.state.keys, &[(PAUSED, String::new())])
             .map_err(|e| self.tag(e))?;
         self.state.gate.open();
         Ok(())

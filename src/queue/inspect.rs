@@ -136,9 +136,9 @@ impl QueueInspector {
         e.in_queue(&self.name)
     }
 
-    /// True if any key of the queue exists (messages, dead letters or its
-    /// delivery counter): false for a queue never used, or one whose keys
-    /// were all deleted.
+    /// True if any key of the queue exists (messages, dead letters, its
+    /// delivery counter, its controls or its schedules): false for a queue
+    /// never used, or one whose keys were all deleted.
     pub fn exists(&self) -> Result<bool, Error> {
         let k = &self.keys;
         let n: u64 = self
@@ -154,6 +154,7 @@ impl QueueInspector {
                     .arg(&k.counts)
                     .arg(&k.prioritized)
                     .arg(&k.controls)
+                    .arg(&k.schedules)
                     .query(con)
             })
             .map_err(|e| self.tag(e))?;

@@ -91,6 +91,25 @@ pub(crate) fn write_controls(
     .map(|_| ())
 }
 
+/// The field of `controls` that holds the pause: present (`'1'`) while
+/// the queue is paused.
+pub(super) const PAUSED: &str = "paused";
+
+/// Appends the read of a queue's paused flag to a pipeline, for readers of
+/// many queues in one round trip (the dashboard); [`decode_paused`] reads
+/// its reply.
+#[cfg_attr(not(feature = "web"), allow(dead_code))]
+pub(crate) fn pipe_paused(pipe: &mut redis::Pipeline, keys: &Keys) {
+    pipe.cmd("HGET").arg(&keys.controls).arg(PAUSED);
+}
+
+/// The reply of [`pipe_paused`]'s command: whether the queue is paused.
+#[cfg_attr(not(feature = "web"), allow(dead_code))]
+pub(crate) fn decode_paused(reply: redis::Value) -> redis::RedisResult<bool> {
+    let field: Option<String> = redis::from_redis_value(reply)?;
+    Ok(field.is_some())
+}
+
 /// Reads a queue's controls.
 pub(crate) fn read_limits(rt: &Runtime, keys: &Keys) -> Result<QueueLimits, Error> {
     type Fields = (
@@ -104,7 +123,7 @@ pub(crate) fn read_limits(rt: &Runtime, keys: &Keys) -> Result<QueueLimits, Erro
         rt.run(&keys.controls, Access::Read, |con| {
             redis::cmd("HMGET")
                 .arg(&keys.controls)
-                .arg("paused")
+                .arg(PAUSED)
                 .arg("rate_max")
                 .arg("rate_per")
                 .arg("max_in_flight")

@@ -110,7 +110,9 @@
 //!   [`Queue::unschedule`] deletes it; its occurrences already offered
 //!   stay. [`Queue::schedules`] lists them with their next occurrence and
 //!   last one fired; `Redwheel::inspect_schedules` does the same without
-//!   opening the queue.
+//!   opening the queue. [`Queue::trigger_schedule`] fires one by hand: its
+//!   payload as one more message, due now, under a fresh id (not one of
+//!   its occurrences, which go on as before).
 //! * **Latency.** An occurrence is offered and moved to the ready list in
 //!   one round trip of the driver, at the occurrence (within the wheel's
 //!   1 ms tick), however many schedules fall due at once.
@@ -171,6 +173,8 @@ pub use self::stats::QueueStats;
 // For the dashboard's reads of many queues in one round trip per master.
 #[cfg(feature = "web")]
 pub(crate) use self::keys::Keys;
+#[cfg(feature = "web")]
+pub(crate) use self::limits::{decode_paused, pipe_paused};
 #[cfg(feature = "web")]
 pub(crate) use self::stats::{decode_stats, pipe_stats};
 

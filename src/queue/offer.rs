@@ -67,8 +67,9 @@ impl<T: Codec> Queue<T> {
     }
 
     /// Adds one message under `id`, an id of ours: `Ok` only if it was
-    /// written.
-    fn offer_fresh(
+    /// written. Shared with `Queue::trigger_schedule`, which offers a
+    /// stored, already encoded payload.
+    pub(super) fn offer_fresh(
         &self,
         mode: &str,
         value: u64,

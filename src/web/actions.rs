@@ -1,5 +1,6 @@
 //! The actions, each through the library's own operation: `Queue::requeue_dead`,
-//! `Queue::remove`, `Lock::force_unlock`. Run on a helper thread (see
+//! `Queue::remove`, `Queue::pause`, `Queue::resume`,
+//! `Queue::trigger_schedule`, `Lock::force_unlock`. Run on a helper thread (see
 //! `bounded.rs`); the checks of who may act are in `guard.rs`.
 
 use serde_json::{Value, json};
@@ -7,7 +8,7 @@ use serde_json::{Value, json};
 use super::model;
 use super::router::Action;
 use crate::error::{Error, ErrorKind};
-use crate::queue::MessageId;
+use crate::queue::{MessageId, Queue};
 use crate::runtime::Redwheel;
 
 /// Dead letters requeued per call when all are asked for.
@@ -66,17 +67,31 @@ pub(crate) fn perform(rw: &Redwheel, action: &Action, count: Option<usize>) -> O
     let done = match action {
         Action::RequeueDead { queue } => requeue(rw, queue, count),
         Action::Remove { queue, id } => remove(rw, queue, id),
+        Action::Pause { queue } => pause(rw, queue, true),
+        Action::Resume { queue } => pause(rw, queue, false),
+        Action::TriggerSchedule { queue, schedule } => trigger(rw, queue, schedule),
         Action::ForceUnlock { lock } => force_unlock(rw, lock),
     };
     done.unwrap_or_else(|e| Outcome::from_error(&e))
 }
 
-fn requeue(rw: &Redwheel, name: &str, count: Option<usize>) -> Result<Outcome, Error> {
-    let inspector = rw.inspect_queue(name)?;
-    if !inspector.exists()? {
-        return Ok(Outcome::not_found(format!("no queue {name:?} in Redis")));
+/// Queue `name` opened for an action, or the 404 of a queue with no key
+/// in Redis (an action never creates a queue).
+fn open(rw: &Redwheel, name: &str) -> Result<Result<Queue<Vec<u8>>, Outcome>, Error> {
+    if !rw.inspect_queue(name)?.exists()? {
+        return Ok(Err(Outcome::not_found(format!(
+            "no queue {name:?} in Redis"
+        ))));
     }
-    let q = rw.queue::<Vec<u8>>(name)?;
+    rw.queue::<Vec<u8>>(name).map(Ok)
+}
+
+fn requeue(rw: &Redwheel, name: &str, count: Option<usize>) -> Result<Outcome, Error> {
+    let q = match open(rw, name)? {
+        Ok(q) => q,
+        Err(missing) => return Ok(missing),
+    };
+    let inspector = rw.inspect_queue(name)?;
     let requeued = match count {
         Some(n) => q.requeue_dead(n)?,
         None => {
@@ -103,10 +118,10 @@ fn requeue(rw: &Redwheel, name: &str, count: Option<usize>) -> Result<Outcome, E
 }
 
 fn remove(rw: &Redwheel, name: &str, id: &str) -> Result<Outcome, Error> {
-    if !rw.inspect_queue(name)?.exists()? {
-        return Ok(Outcome::not_found(format!("no queue {name:?} in Redis")));
-    }
-    let q = rw.queue::<Vec<u8>>(name)?;
+    let q = match open(rw, name)? {
+        Ok(q) => q,
+        Err(missing) => return Ok(missing),
+    };
     if q.remove(&MessageId::from(id))? {
         Ok(Outcome::ok(json!({
             "ok": true,
@@ -121,6 +136,44 @@ fn remove(rw: &Redwheel, name: &str, id: &str) -> Result<Outcome, Error> {
         ));
         o.body["removed"] = json!(false);
         Ok(o)
+    }
+}
+
+/// Pauses (`pause`) or resumes queue `name`.
+fn pause(rw: &Redwheel, name: &str, pause: bool) -> Result<Outcome, Error> {
+    let q = match open(rw, name)? {
+        Ok(q) => q,
+        Err(missing) => return Ok(missing),
+    };
+    if pause {
+        q.pause()?;
+    } else {
+        q.resume()?;
+    }
+    Ok(Outcome::ok(json!({
+        "ok": true,
+        "queue": name,
+        "paused": pause,
+        "message": format!("{} {name}", if pause { "paused" } else { "resumed" }),
+    })))
+}
+
+fn trigger(rw: &Redwheel, name: &str, schedule: &str) -> Result<Outcome, Error> {
+    let q = match open(rw, name)? {
+        Ok(q) => q,
+        Err(missing) => return Ok(missing),
+    };
+    match q.trigger_schedule(schedule)? {
+        Some(id) => Ok(Outcome::ok(json!({
+            "ok": true,
+            "queue": name,
+            "schedule": schedule,
+            "id": id.as_str(),
+            "message": format!("triggered {schedule} of {name}: offered {id}, due now"),
+        }))),
+        None => Ok(Outcome::not_found(format!(
+            "no schedule {schedule:?} on {name}"
+        ))),
     }
 }
 

@@ -1,12 +1,13 @@
-//! The overview's reads: every queue's counts and delivery counter in one
-//! pipelined round trip per master.
+//! The overview's reads: every queue's counts, delivery counter and
+//! paused flag in one pipelined round trip per master.
 //!
 //! The one place where the dashboard leans on crate internals rather than
 //! the public inspection API (which reads one queue per round trip): the
 //! runtime's `run_on_masters`, the queue key layout (`queue::Keys`, with
 //! its `scan_pattern` and `queue_of`) and the queue's own pipelined stats
 //! read (`queue::pipe_stats`, decoded by `queue::decode_stats`, the one
-//! reader of `stats.lua`'s reply). A queue whose commands came back with an
+//! reader of `stats.lua`'s reply) and paused flag (`queue::pipe_paused`,
+//! `queue::decode_paused`). A queue whose commands came back with an
 //! error (a slot that
 //! moved, a refused command) is read again through that public inspector,
 //! one round trip or two each, and the next round looks for the queues
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use redis::{RedisResult, Value};
 
 use crate::error::{Access, Error};
-use crate::queue::{Keys, QueueStats, decode_stats, pipe_stats};
+use crate::queue::{Keys, QueueStats, decode_paused, decode_stats, pipe_paused, pipe_stats};
 use crate::runtime::Redwheel;
 use crate::scripts;
 
@@ -38,10 +39,12 @@ pub(crate) struct Reading {
     pub server_ms: u64,
     /// Messages handed out by take and claim so far.
     pub delivered: u64,
+    /// Paused (`Queue::pause`): nothing is handed out.
+    pub paused: bool,
 }
 
 impl Reading {
-    fn new(s: &QueueStats, server_ms: u64, delivered: u64) -> Reading {
+    fn new(s: &QueueStats, server_ms: u64, delivered: u64, paused: bool) -> Reading {
         Reading {
             delayed: s.delayed,
             ready: s.ready,
@@ -55,6 +58,7 @@ impl Reading {
             }),
             server_ms,
             delivered,
+            paused,
         }
     }
 }
@@ -178,17 +182,18 @@ impl Gatherer {
     /// One queue through the public inspector (after its pipelined read
     /// failed).
     fn read_one(&self, name: &str, round: &mut Round) -> Result<Reading, Error> {
-        round.round_trips += 2;
-        round.commands += 2;
+        round.round_trips += 3;
+        round.commands += 3;
         let q = self.rw.inspect_queue(name)?;
         let (s, server_ms) = q.stats_at()?;
         let delivered = q.counters()?.delivered;
-        Ok(Reading::new(&s, server_ms, delivered))
+        let paused = q.limits()?.paused;
+        Ok(Reading::new(&s, server_ms, delivered, paused))
     }
 }
 
-/// `EVALSHA stats.lua` and `HGET counts delivered` for each of `names`,
-/// in one pipeline (loading the script once if the server lacks it).
+/// `EVALSHA stats.lua`, `HGET counts delivered` and `HGET controls
+/// paused` for each of `names`, in one pipeline (loading the script once if the server lacks it).
 fn read_pipeline(
     con: &mut crate::runtime::Conn,
     names: &[String],
@@ -204,6 +209,7 @@ fn read_pipeline(
         let k = Keys::new(name);
         pipe_stats(&mut pipe, &k);
         pipe.cmd("HGET").arg(&k.counts).arg("delivered");
+        pipe_paused(&mut pipe, &k);
     }
     let mut replies: Vec<RedisResult<Value>> = Vec::new();
     for attempt in 0..2 {
@@ -222,15 +228,21 @@ fn read_pipeline(
     }
     let mut out = Vec::with_capacity(names.len());
     let mut it = replies.into_iter();
-    while let (Some(stats), Some(delivered)) = (it.next(), it.next()) {
-        out.push(reading(stats, delivered));
+    while let (Some(stats), Some(delivered), Some(paused)) = (it.next(), it.next(), it.next()) {
+        out.push(reading(stats, delivered, paused));
     }
     Ok(out)
 }
 
-/// A queue's `stats.lua` reply and its delivery counter, as one reading.
-fn reading(stats: RedisResult<Value>, delivered: RedisResult<Value>) -> RedisResult<Reading> {
+/// A queue's `stats.lua` reply, its delivery counter and its paused flag,
+/// as one reading.
+fn reading(
+    stats: RedisResult<Value>,
+    delivered: RedisResult<Value>,
+    paused: RedisResult<Value>,
+) -> RedisResult<Reading> {
     let (s, server_ms) = decode_stats(stats?)?;
     let delivered: Option<u64> = redis::from_redis_value(delivered?)?;
-    Ok(Reading::new(&s, server_ms, delivered.unwrap_or(0)))
+    let paused = decode_paused(paused?)?;
+    Ok(Reading::new(&s, server_ms, delivered.unwrap_or(0), paused))
 }

@@ -1,6 +1,7 @@
 //! The web dashboard (feature `web`): every queue, its messages and dead
-//! letters, and the held locks, in a browser; the same data as JSON; and
-//! the operator's actions (requeue dead letters, remove a message,
+//! letters, its controls and schedules, and the held locks, in a browser;
+//! the same data as JSON; and the operator's actions (requeue dead letters,
+//! remove a message, pause or resume a queue, trigger a schedule now,
 //! force-unlock a lock).
 //!
 //! ```no_run
@@ -23,7 +24,7 @@
 //! | route | what |
 //! | --- | --- |
 //! | `GET /` | every queue (as [`Redwheel::find_queues`] finds them), the queue in trouble on top |
-//! | `GET /queues/{name}` | one queue: counts, the first messages of each state, dead letters |
+//! | `GET /queues/{name}` | one queue: counts, controls (paused, limits), the first messages of each state, dead letters, schedules |
 //! | `GET /locks` | held locks |
 //! | `GET /api/queues` | a JSON array, one object per queue, in the overview's order |
 //! | `GET /api/queues/{name}` | one queue as JSON (404 if it has no key in Redis) |
@@ -31,6 +32,9 @@
 //! | `GET /api/status` | Redis reachable or not, the age of the overview's data, the last refresh's cost |
 //! | `POST /api/queues/{name}/requeue-dead` | [`Queue::requeue_dead`]: `?count=N` oldest dead letters, or all (the default) |
 //! | `POST /api/queues/{name}/messages/{id}/remove` | [`Queue::remove`] |
+//! | `POST /api/queues/{name}/pause` | [`Queue::pause`] |
+//! | `POST /api/queues/{name}/resume` | [`Queue::resume`] |
+//! | `POST /api/queues/{name}/schedules/{schedule}/trigger` | [`Queue::trigger_schedule`]: one message with the schedule's payload, due now |
 //! | `POST /api/locks/{name}/force-unlock` | [`Lock::force_unlock`] |
 //!
 //! Names and ids in a path are percent-encoded (`%2F` for a `/` in a
@@ -42,21 +46,28 @@
 //!
 //! `GET /api/queues`: `[{"name", "status", "delayed", "ready", "in_flight",
 //! "dead", "oldest_overdue_ms", "next_due_ms", "server_time_ms",
-//! "delivered", "delivered_per_sec", "rate_history", "error"}]`: `status`
+//! "delivered", "paused", "delivered_per_sec", "rate_history", "error"}]`: `status`
 //! is `error` (the queue could not be read), `overdue` (a message has been
 //! due longer than [`Dashboard::overdue_alert`]), `dead` (it has dead
 //! letters) or `ok`; `delivered` is the queue's delivery counter,
 //! `delivered_per_sec` its rate over the last minute and `rate_history`
 //! the rates of the last minutes, oldest first, at most 60 points; times
-//! are epoch ms on the Redis clock, durations ms; an unknown value is
+//! are epoch ms on the Redis clock, durations ms; `paused` is true while
+//! the queue is paused ([`Queue::pause`]); an unknown value is
 //! `null`. The headers `X-Redwheel-Redis` (`up`, `slow`, `down`,
 //! `starting`) and `X-Redwheel-Snapshot-Age-Ms` say how fresh it is; with
 //! no data yet it is a 503.
 //!
 //! `GET /api/queues/{name}`: `{"name", "server_time_ms", "stats": {"delayed",
 //! "ready", "in_flight", "dead", "oldest_overdue_ms", "next_due_ms"},
-//! "delivered_per_sec", "rate_history", "limit", "messages": {"delayed":
-//! [..], "ready": [..], "in_flight": [..], "dead": [..]}}`, each message
+//! "paused", "controls": {"paused", "rate_limit": {"max", "per_ms"} or null,
+//! "max_in_flight", "max_len"}, "schedules": [{"name", "definition",
+//! "next_ms", "last_fired_ms", "paused"}], "delivered_per_sec",
+//! "rate_history", "limit", "messages": {"delayed": [..], "ready": [..],
+//! "in_flight": [..], "dead": [..]}}` (the controls as [`Queue::limits`]
+//! reads them, `null` for a limit not set; the schedules as
+//! [`Queue::schedules`] lists them, by name, `next_ms` null while one is
+//! paused), each message
 //! `{"id", "due_ms", "attempts", "payload_bytes", "payload_text" (UTF-8) or
 //! "payload_hex", "payload_truncated"}`, plus `"visible_until_ms"` in
 //! flight, `"died_ms"` and `"reason"` for dead letters.
@@ -66,7 +77,8 @@
 //! keeps its waiters in its own memory, not in Redis.
 //!
 //! An action answers `{"ok": true, "message", …}` (`"requeued"`,
-//! `"removed"`, `"released"`), and every error `{"ok": false, "error":
+//! `"removed"`, `"paused"`, `"id"` of a triggered schedule's message,
+//! `"released"`), and every error `{"ok": false, "error":
 //! {"kind", "message"}}` with a status: 400 bad input, 401 no or a wrong
 //! token, 403 read-only or a cross-site request, 404 unknown queue or id,
 //! 405 wrong method (an action is never reachable by `GET`), 421 a `Host`
@@ -103,17 +115,18 @@
 //! # What it costs Redis
 //!
 //! One refresh reads every known queue in **one pipelined round trip per
-//! master**: the stats script and the delivery counter of each queue
-//! (two commands per queue). Queues are found by `SCAN` over every master
+//! master**: the stats script, the delivery counter and the paused flag
+//! of each queue (three commands per queue). Queues are found by `SCAN` over every master
 //! at start and then every [`Dashboard::rescan_interval`] (default 30 s).
 //! The page's own live refresh reads nothing from Redis on the overview;
-//! a queue page reads that queue (about 10 round trips) each time it
+//! a queue page reads that queue (about 12 round trips) each time it
 //! refreshes; the locks page runs a `SCAN` and one round trip per held lock.
 //! README "Dashboard" has the measured figures.
 //!
 //! # Actions open the queue
 //!
-//! Requeue and remove go through [`Queue`], so the first action on a
+//! Every queue action (requeue, remove, pause, resume, trigger) goes
+//! through [`Queue`], so the first action on a
 //! queue opens it in the dashboard's [`Redwheel`] with default
 //! [`QueueOptions`](crate::QueueOptions) (as the command-line tool's
 //! `requeue-dead` and `remove` do): from then on this process also runs
@@ -125,6 +138,11 @@
 //! [`Queue`]: crate::Queue
 //! [`Queue::requeue_dead`]: crate::Queue::requeue_dead
 //! [`Queue::remove`]: crate::Queue::remove
+//! [`Queue::pause`]: crate::Queue::pause
+//! [`Queue::resume`]: crate::Queue::resume
+//! [`Queue::limits`]: crate::Queue::limits
+//! [`Queue::schedules`]: crate::Queue::schedules
+//! [`Queue::trigger_schedule`]: crate::Queue::trigger_schedule
 //! [`Lock::force_unlock`]: crate::Lock::force_unlock
 
 mod actions;

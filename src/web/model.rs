@@ -9,6 +9,7 @@ use super::payload::show;
 use super::refresher::{Row, View};
 use crate::lock::inspect::LockInfo;
 use crate::queue::inspect::{MessageState, PeekedMessage};
+use crate::schedule::ScheduleInfo;
 
 /// Rates rounded to a tenth.
 fn tenth(r: f64) -> f64 {
@@ -33,6 +34,7 @@ pub(crate) fn row(r: &Row) -> Value {
             v["next_due_ms"] = json!(x.next_due_ms);
             v["server_time_ms"] = json!(x.server_ms);
             v["delivered"] = json!(x.delivered);
+            v["paused"] = json!(x.paused);
             v["error"] = Value::Null;
         }
         Err(e) => {
@@ -45,6 +47,7 @@ pub(crate) fn row(r: &Row) -> Value {
                 "next_due_ms",
                 "server_time_ms",
                 "delivered",
+                "paused",
             ] {
                 v[k] = Value::Null;
             }
@@ -66,8 +69,8 @@ pub(crate) fn queue(d: &QueueDetail, row: Option<&Row>) -> Value {
             .collect();
         messages.insert((*key).to_owned(), Value::Array(items));
     }
-    // Where issue 20's `"schedules": [...]` and issue 21's `"paused"`
-    // go: beside "stats".
+    let l = &d.limits;
+    let schedules: Vec<Value> = d.schedules.iter().map(schedule).collect();
     json!({
         "name": d.name,
         "server_time_ms": d.server_ms,
@@ -79,10 +82,32 @@ pub(crate) fn queue(d: &QueueDetail, row: Option<&Row>) -> Value {
             "oldest_overdue_ms": s.oldest_overdue.map(|x| x.as_millis() as u64),
             "next_due_ms": s.next_due.map(epoch_ms),
         },
+        "paused": l.paused,
+        "controls": {
+            "paused": l.paused,
+            "rate_limit": l.rate_limit.map(|(max, per)| json!({
+                "max": max,
+                "per_ms": per.as_millis() as u64,
+            })),
+            "max_in_flight": l.max_in_flight,
+            "max_len": l.max_len,
+        },
+        "schedules": schedules,
         "delivered_per_sec": row.and_then(|r| r.rate).map(tenth),
         "rate_history": row.map(|r| r.history.iter().copied().map(tenth).collect::<Vec<_>>()).unwrap_or_default(),
         "limit": d.limit,
         "messages": messages,
+    })
+}
+
+/// One schedule of a queue.
+pub(crate) fn schedule(s: &ScheduleInfo) -> Value {
+    json!({
+        "name": s.name,
+        "definition": s.definition,
+        "next_ms": s.next.map(epoch_ms),
+        "last_fired_ms": s.last_fired.map(epoch_ms),
+        "paused": s.paused,
     })
 }
 

@@ -35,6 +35,9 @@ fn badge(status: Status) -> String {
     format!(r#"<span class="badge {s}">{s}</span>"#, s = status.as_str())
 }
 
+/// The mark of a paused queue (or schedule).
+const PAUSED_MARK: &str = r#"<span class="badge paused" data-paused>paused</span>"#;
+
 fn opt_ms(ms: Option<u64>) -> String {
     ms.map_or_else(|| "–".to_owned(), duration_text)
 }
@@ -56,11 +59,16 @@ pub(crate) fn overview(view: &View, config: &Config) -> String {
     for r in &snap.rows {
         let _ = write!(
             out,
-            r#"<tr data-queue="{n}" class="row-{s}"><td class="name"><a href="{href}">{n}</a></td><td>{badge}</td>"#,
+            r#"<tr data-queue="{n}" class="row-{s}"><td class="name"><a href="{href}">{n}</a></td><td>{badge}{paused}</td>"#,
             n = escape(&r.name),
             s = r.status.as_str(),
             href = escape(&queue_href(&r.name)),
             badge = badge(r.status),
+            paused = if r.reading.as_ref().is_ok_and(|x| x.paused) {
+                format!(" {PAUSED_MARK}")
+            } else {
+                String::new()
+            },
         );
         match &r.reading {
             Ok(x) => {
@@ -111,10 +119,15 @@ pub(crate) fn queue(
     let row = snapshot.and_then(|s| s.row(name));
     let mut out = format!(
         r#"<nav class="crumbs"><a href="/">Queues</a> / <span>{n}</span></nav>
-<h1 class="queue-name">{n} {badge}</h1>
+<h1 class="queue-name">{n} {badge}{paused}</h1>
 "#,
         n = escape(name),
         badge = row.map(|r| badge(r.status)).unwrap_or_default(),
+        paused = if detail.is_some_and(|d| d.limits.paused) {
+            format!(" {PAUSED_MARK}")
+        } else {
+            String::new()
+        },
     );
     if let Some(p) = problem {
         let _ = writeln!(
@@ -164,14 +177,99 @@ pub(crate) fn queue(
             r.rate.map_or_else(|| "–".to_owned(), rate_text),
         );
     }
-    // Issue 21's "Controls" (paused, pause/resume buttons) go here, above
-    // the messages; issue 20's "Schedules" after the last section.
     if let Some(d) = detail {
+        controls(&mut out, d, config);
         for ((state, key, title), list) in SECTIONS.iter().zip(&d.messages) {
             section(&mut out, d, *state, key, title, list, config);
         }
+        schedules(&mut out, d, config);
     }
     out
+}
+
+/// The queue's controls: paused or not (with the button that changes
+/// it), rate limit, max in flight, max length.
+fn controls(out: &mut String, d: &QueueDetail, config: &Config) {
+    let l = &d.limits;
+    let base = format!("/api/queues/{}", segment(&d.name));
+    let _ = write!(
+        out,
+        r#"<section class="controls" id="controls" data-paused-state="{}"><h2>Controls</h2><div class="section-actions">"#,
+        l.paused
+    );
+    let button = if l.paused {
+        action_button(config, &format!("{base}/resume"), "Resume", None)
+    } else {
+        let question = format!(
+            "Pause {}? Offers are still taken, but no process hands out a message until it is resumed.",
+            d.name
+        );
+        action_button(config, &format!("{base}/pause"), "Pause", Some(&question))
+    };
+    out.push_str(&button.unwrap_or_default());
+    out.push_str("</div>");
+    let unlimited = || "none".to_owned();
+    let _ = writeln!(
+        out,
+        r#"<table class="limits"><tbody><tr><th>State</th><td data-field="paused">{}</td></tr><tr><th>Rate limit</th><td data-field="rate_limit">{}</td></tr><tr><th>Max in flight</th><td data-field="max_in_flight">{}</td></tr><tr><th>Max length</th><td data-field="max_len">{}</td></tr></tbody></table></section>"#,
+        if l.paused {
+            "paused: nothing is handed out"
+        } else {
+            "running"
+        },
+        l.rate_limit.map_or_else(unlimited, |(max, per)| format!(
+            "{} per {}",
+            count(u64::from(max)),
+            duration_text(per.as_millis() as u64)
+        )),
+        l.max_in_flight.map_or_else(unlimited, count),
+        l.max_len.map_or_else(unlimited, count),
+    );
+}
+
+/// The queue's recurring schedules, each with a button that fires it now.
+fn schedules(out: &mut String, d: &QueueDetail, config: &Config) {
+    let _ = write!(
+        out,
+        r#"<section class="schedules" id="schedules"><h2>Schedules <span class="count">{}</span></h2>"#,
+        count(d.schedules.len() as u64)
+    );
+    if d.schedules.is_empty() {
+        out.push_str(r#"<p class="empty">None.</p></section>"#);
+        out.push('\n');
+        return;
+    }
+    out.push_str(r#"<table class="scheds"><thead><tr><th>Name</th><th>Definition</th><th>Next run</th><th>Last fired</th><th></th></tr></thead><tbody>"#);
+    let at = |t: Option<std::time::SystemTime>| {
+        t.map_or_else(|| "–".to_owned(), |t| when(epoch_ms(t), d.server_ms))
+    };
+    for s in &d.schedules {
+        let trigger = format!(
+            "/api/queues/{}/schedules/{}/trigger",
+            segment(&d.name),
+            segment(&s.name)
+        );
+        let question = format!(
+            "Trigger {} now? One more message with its payload is offered to {}, due at once; its next run stays as it is.",
+            s.name, d.name
+        );
+        let _ = write!(
+            out,
+            r#"<tr data-schedule="{n}"><td class="name">{n}{paused}</td><td class="id">{def}</td><td>{next}</td><td>{last}</td><td>{button}</td></tr>"#,
+            n = escape(&s.name),
+            paused = if s.paused {
+                format!(" {PAUSED_MARK}")
+            } else {
+                String::new()
+            },
+            def = escape(&s.definition),
+            next = at(s.next),
+            last = at(s.last_fired),
+            button =
+                action_button(config, &trigger, "Trigger now", Some(&question)).unwrap_or_default(),
+        );
+    }
+    out.push_str("</tbody></table></section>\n");
 }
 
 /// The count cards: field, label, value.

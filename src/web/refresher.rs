@@ -427,6 +427,7 @@ mod tests {
             next_due_ms: None,
             server_ms: 0,
             delivered: 0,
+            paused: false,
         };
         let config = Config::default();
         let readings = vec![

@@ -23,6 +23,9 @@ pub(crate) enum Read {
 pub(crate) enum Action {
     RequeueDead { queue: String },
     Remove { queue: String, id: String },
+    Pause { queue: String },
+    Resume { queue: String },
+    TriggerSchedule { queue: String, schedule: String },
     ForceUnlock { lock: String },
 }
 
@@ -54,9 +57,6 @@ pub(crate) fn route(method: &str, path: &str) -> Route {
         ["assets", "dashboard.js"] => Some(Read::Script),
         _ => None,
     };
-    // Where schedules (issue 20) and pause/resume (issue 21) slot in:
-    // `["api", "queues", name, "pause" | "resume"]` and
-    // `["api", "queues", name, "schedules", s, "trigger"]`.
     let action = match s.as_slice() {
         ["api", "queues", queue, "requeue-dead"] => Some(Action::RequeueDead {
             queue: (*queue).to_owned(),
@@ -65,6 +65,18 @@ pub(crate) fn route(method: &str, path: &str) -> Route {
             queue: (*queue).to_owned(),
             id: (*id).to_owned(),
         }),
+        ["api", "queues", queue, "pause"] => Some(Action::Pause {
+            queue: (*queue).to_owned(),
+        }),
+        ["api", "queues", queue, "resume"] => Some(Action::Resume {
+            queue: (*queue).to_owned(),
+        }),
+        ["api", "queues", queue, "schedules", schedule, "trigger"] => {
+            Some(Action::TriggerSchedule {
+                queue: (*queue).to_owned(),
+                schedule: (*schedule).to_owned(),
+            })
+        }
         ["api", "locks", lock, "force-unlock"] => Some(Action::ForceUnlock {
             lock: (*lock).to_owned(),
         }),
@@ -172,15 +184,37 @@ mod tests {
                 lock: "inv:42".to_owned()
             })
         );
+        assert_eq!(
+            route("POST", "/api/queues/q%2Fx/pause"),
+            Route::Action(Action::Pause {
+                queue: "q/x".to_owned()
+            })
+        );
+        assert_eq!(
+            route("POST", "/api/queues/q/resume"),
+            Route::Action(Action::Resume {
+                queue: "q".to_owned()
+            })
+        );
+        assert_eq!(
+            route("POST", "/api/queues/q/schedules/night%20ly/trigger"),
+            Route::Action(Action::TriggerSchedule {
+                queue: "q".to_owned(),
+                schedule: "night ly".to_owned()
+            })
+        );
         for path in [
             "/api/queues/q/requeue-dead",
             "/api/queues/q/messages/1/remove",
+            "/api/queues/q/pause",
+            "/api/queues/q/resume",
+            "/api/queues/q/schedules/s/trigger",
             "/api/locks/l/force-unlock",
         ] {
             assert_eq!(route("GET", path), Route::WrongMethod("POST"), "{path}");
             assert_eq!(route("HEAD", path), Route::WrongMethod("POST"), "{path}");
         }
-        assert_eq!(route("POST", "/api/queues/q/pause"), Route::NotFound);
+        assert_eq!(route("POST", "/api/queues/q/schedules/s"), Route::NotFound);
     }
 
     #[test]

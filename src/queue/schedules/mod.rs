@@ -6,11 +6,13 @@
 //!
 //! Lowest first: `stored.rs` (the stored layouts and script replies),
 //! `mirror.rs` (a process's copy of a queue's schedules, and the plans it
-//! computes), `ops.rs` (the operations on `Queue` and the inspector). The
+//! computes), `ops.rs` (the operations on `Queue` and the inspector), `trigger.rs`
+//! (firing one by hand). The
 //! queue's driver job that fires them is `queue/job.rs`.
 
 pub(crate) mod mirror;
 mod ops;
 pub(crate) mod stored;
+mod trigger;
 
 pub use self::ops::MAX_SCHEDULE_NAME_LEN;

@@ -23,7 +23,7 @@ const ATTEMPTS: usize = 8;
 
 /// Checks a schedule name: the rule of queue names, and at most
 /// [`MAX_SCHEDULE_NAME_LEN`] bytes.
-fn validate_schedule_name(name: &str) -> Result<(), Error> {
+pub(super) fn validate_schedule_name(name: &str) -> Result<(), Error> {
     if name.len() > MAX_SCHEDULE_NAME_LEN {
         return Err(Error::new(
             ErrorKind::InvalidName,
