@@ -362,17 +362,18 @@ fn a_lock_async_dropped_while_waiting_holds_nothing() {
 
 #[test]
 fn dropping_a_guard_unlocks_without_waiting_on_redis_in_the_dropping_thread() {
-    // A proxy that can freeze every connection (nothing passes either way).
+    // A proxy that can partition every connection (nothing passes either
+    // way, nothing is closed).
     let server = support::RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
+    let proxy = support::proxy::Proxy::start(server.port());
     let rw = redwheel::Redwheel::connect(&proxy.url()).unwrap();
     let lock = rw.lock("l4");
     let g = Manual::new(lock.lock_async()).finish().unwrap();
-    proxy.freeze(); // Redis cannot hear or answer now
+    proxy.partition(true); // Redis cannot hear or answer now
     drop(g);
     // The drop returned while no reply could come: it did not wait for one.
     assert_eq!(server.int(&["EXISTS", "redwheel:lock:{l4}"]), 1);
-    proxy.thaw();
+    proxy.partition(false);
     wait_for("the background unlock", || {
         server.int(&["EXISTS", "redwheel:lock:{l4}"]) == 0
     });
