@@ -362,17 +362,34 @@ fn a_lock_async_dropped_while_waiting_holds_nothing() {
 
 #[test]
 fn dropping_a_guard_unlocks_without_waiting_on_redis_in_the_dropping_thread() {
-    // A proxy that can freeze every connection (nothing passes either way).
+    // A proxy that can partition every connection (nothing passes either
+    // way, nothing is closed), and a command timeout longer than the hang
+    // guard: a drop that waited for Redis's reply would wait for the
+    // partition to heal, which comes only after the drop returned.
     let server = support::RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let rw = redwheel::Redwheel::connect(&proxy.url()).unwrap();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let rw = redwheel::Redwheel::connect_with(
+        &proxy.url(),
+        redwheel::RedwheelOptions::default().command_timeout(HANG * 60),
+    )
+    .unwrap();
     let lock = rw.lock("l4");
     let g = Manual::new(lock.lock_async()).finish().unwrap();
-    proxy.freeze(); // Redis cannot hear or answer now
-    drop(g);
-    // The drop returned while no reply could come: it did not wait for one.
-    assert_eq!(server.int(&["EXISTS", "redwheel:lock:{l4}"]), 1);
-    proxy.thaw();
+    proxy.partition(true); // Redis cannot hear or answer now
+    let (dropped_tx, dropped_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(g);
+        let _ = dropped_tx.send(());
+    });
+    dropped_rx
+        .recv_timeout(HANG)
+        .expect("hang guard: the drop waited for a reply that could not come");
+    assert_eq!(
+        server.int(&["EXISTS", "redwheel:lock:{l4}"]),
+        1,
+        "the unlock has not reached Redis"
+    );
+    proxy.partition(false);
     wait_for("the background unlock", || {
         server.int(&["EXISTS", "redwheel:lock:{l4}"]) == 0
     });

@@ -371,3 +371,43 @@ fn resp3_replies_and_pushes_keep_replies_and_commands_paired() {
     assert!(is_reset(&r.error), "{r:?}");
     assert_eq!(rule.fired(), 1);
 }
+
+#[test]
+fn a_partition_holds_commands_and_replies_without_closing_anything_until_healed() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let counted = proxy.inject(Rule::new(Fault::Forward).matching("INCR"));
+    let mut c = client(&proxy, Duration::from_millis(200));
+    // A command whose reply comes while partitioned: BLPOP, blocked on the
+    // server before the partition starts.
+    send(&mut c, &[&["BLPOP", "l", "0"]]);
+    let deadline = std::time::Instant::now() + HANG;
+    while !server.info("clients").contains("blocked_clients:1\r\n") {
+        assert!(std::time::Instant::now() < deadline, "hang guard: BLPOP");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    proxy.partition(true);
+    assert_eq!(server.int(&["LPUSH", "l", "x"]), 1);
+    assert_eq!(server.int(&["LLEN", "l"]), 0, "the BLPOP ran on the server");
+    // A command sent during the partition.
+    send(&mut c, &[&["INCR", "n"]]);
+    let r = read_replies(&mut c, 1);
+    assert!(r.replies.is_empty(), "{r:?}");
+    assert!(
+        r.error.as_ref().is_some_and(is_timeout),
+        "no reply, and the connection stays open: {:?}",
+        r.error
+    );
+    assert_eq!(counted.matched(), 0, "the INCR did not reach the server");
+    assert_eq!(server.int(&["INCRBY", "n", "0"]), 0, "and did not run");
+    // Healed: what waited passes on, in order, and later commands too.
+    proxy.partition(false);
+    c.set_read_timeout(Some(HANG)).unwrap();
+    send(&mut c, &[&["INCR", "n"]]);
+    assert_eq!(
+        read_replies(&mut c, 3).replies,
+        ["*2\r\n$1\r\nl\r\n$1\r\nx\r\n", ":1\r\n", ":2\r\n"]
+    );
+    assert_eq!(counted.matched(), 2);
+    assert_eq!(proxy.connections(), 1, "nothing was closed");
+}

@@ -11,12 +11,18 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redwheel::{ErrorKind, LostCause, Redwheel, RedwheelOptions};
-use support::{Proxy, RedisServer, add_acl_user, readme_acl_rules, within};
+use support::proxy::{Fault, Proxy, Rule};
+use support::{RedisServer, add_acl_user, readme_acl_rules, within};
 
 const HANG: Duration = Duration::from_secs(60);
 
 fn connect(url: &str) -> Redwheel {
     Redwheel::connect(url).unwrap()
+}
+
+/// The SHA1 of a lock script as redwheel sends it in `EVALSHA`.
+fn sha(name: &str) -> String {
+    redwheel::test_support::script_sha(name).unwrap_or_else(|| panic!("no script {name}"))
 }
 
 /// Sends each lost hold's (token, cause) down a channel.
@@ -215,7 +221,7 @@ fn a_holder_cut_off_from_redis_for_longer_than_its_lease_learns_it_lost_the_lock
         .lock()
         .unwrap();
     let token = g.fencing_token();
-    proxy.freeze(); // a partition: nothing passes, nothing is closed
+    proxy.partition(true); // nothing passes, nothing is closed
     // Told while still cut off: no renewal confirmed within the lease.
     let (lost_token, cause) = lost.recv_timeout(HANG).unwrap();
     assert_eq!((lost_token, cause), (token, LostCause::Expired));
@@ -236,7 +242,7 @@ fn a_holder_cut_off_from_redis_for_longer_than_its_lease_learns_it_lost_the_lock
     });
     let token2 = rx.recv_timeout(HANG).unwrap();
     assert!(token2 > token);
-    proxy.thaw();
+    proxy.partition(false);
     // The cut-off holder's unlock fails and leaves the new owner's lock be.
     let e = g_unlock(g); // bounded by the 2 s command timeout
     assert_eq!(e, Some(ErrorKind::LockLost));
@@ -269,7 +275,7 @@ fn renewals_that_fail_for_less_than_a_lease_are_retried_and_keep_the_lock() {
     // the lease), over and over.
     let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
-        proxy.cut();
+        proxy.cut_all();
         std::thread::sleep(Duration::from_millis(20));
     }
     let before = rw.lock_stats().renewals;
@@ -299,9 +305,6 @@ fn a_retried_unlock_after_a_lost_reply_never_releases_the_next_owner() {
     let proxy = Proxy::start(server.port());
     let rw = connect(&proxy.url());
     let other = connect(&server.url());
-    let release_sha = redis::Script::new(include_str!("../lua/lock_release.lua"))
-        .get_hash()
-        .to_owned();
     let (ready_tx, ready_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (res_tx, res_rx) = mpsc::channel();
@@ -324,36 +327,34 @@ fn a_retried_unlock_after_a_lost_reply_never_releases_the_next_owner() {
     let token = ready_rx.recv_timeout(HANG).unwrap();
     go_tx.send(()).unwrap();
     assert_eq!(res_rx.recv_timeout(HANG).unwrap(), ("inner", 1));
-    proxy.drop_reply_to(release_sha.as_bytes());
+    // The release runs on the server; its reply is lost, and the holder's
+    // connection is kept open (the holder hears nothing, so cannot retry)
+    // until the rule is released.
+    let lost = proxy.inject(
+        Rule::new(Fault::LoseReply)
+            .matching(sha("lock_release"))
+            .times(1)
+            .hold(),
+    );
     go_tx.send(()).unwrap();
-    let (t, done_tx, _t2, _proxy) = within(HANG, {
-        let p = std::sync::Arc::new(proxy);
-        let p2 = std::sync::Arc::clone(&p);
-        let other = other.clone();
-        move || {
-            while p2.dropped() == 0 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            // The release ran (the reply is what was lost): the lock is free,
-            // and someone else takes it before the retry gets through.
-            let (tx, rx) = mpsc::channel();
-            let (done_tx, done_rx) = mpsc::channel::<()>();
-            let t = std::thread::spawn(move || {
-                let g = other
-                    .lock("lost-reply")
-                    .try_lock(Duration::ZERO)
-                    .unwrap()
-                    .unwrap();
-                tx.send(g.fencing_token()).unwrap();
-                done_rx.recv().unwrap();
-                g.unlock().unwrap();
-            });
-            let t2 = rx.recv().unwrap();
-            assert!(t2 > token);
-            p.thaw();
-            (t, done_tx, t2, p)
-        }
+    assert!(lost.wait_fired(1, HANG), "the release ran, its reply lost");
+    // The lock is free, and someone else takes it before the retry gets
+    // through.
+    let (tx, rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let g = other
+            .lock("lost-reply")
+            .try_lock(Duration::ZERO)
+            .unwrap()
+            .unwrap();
+        tx.send(g.fencing_token()).unwrap();
+        done_rx.recv().unwrap();
+        g.unlock().unwrap();
     });
+    let t2 = rx.recv_timeout(HANG).unwrap();
+    assert!(t2 > token);
+    lost.release();
     let (_, ok) = res_rx.recv_timeout(HANG).unwrap();
     assert_eq!(ok, 1, "the retried unlock reports success");
     holder.join().unwrap();
@@ -370,21 +371,16 @@ fn a_retried_acquire_after_a_lost_reply_holds_the_lock_once() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let rw = connect(&proxy.url());
-    let sha = redis::Script::new(include_str!("../lua/lock_acquire.lua"))
-        .get_hash()
-        .to_owned();
-    proxy.drop_reply_to(sha.as_bytes());
-    let proxy = std::sync::Arc::new(proxy);
-    let thaw = std::thread::spawn({
-        let p = std::sync::Arc::clone(&proxy);
-        move || {
-            while p.dropped() == 0 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            p.thaw();
-        }
-    });
-    let (count, token) = within(HANG, move || {
+    // Loads the lock scripts, so the reply lost below is an acquire's
+    // that ran, not a NOSCRIPT.
+    rw.lock("warm-up").lock().unwrap().unlock().unwrap();
+    let lost = proxy.inject(
+        Rule::new(Fault::LoseReply)
+            .matching(sha("lock_acquire"))
+            .times(1)
+            .hold(),
+    );
+    let locker = std::thread::spawn(move || {
         let lock = rw.lock("lost-acquire");
         let g = lock.lock().unwrap();
         let count = lock.hold_count().unwrap();
@@ -393,7 +389,11 @@ fn a_retried_acquire_after_a_lost_reply_holds_the_lock_once() {
         assert!(!lock.is_locked().unwrap(), "one unlock frees it");
         (count, token)
     });
-    thaw.join().unwrap();
+    assert!(lost.wait_fired(1, HANG), "the acquire's reply was lost");
+    let key = "redwheel:lock:{lost-acquire}";
+    assert_eq!(server.int(&["HLEN", key]), 2, "the lost acquire ran");
+    lost.release();
+    let (count, token) = within(HANG, move || locker.join().unwrap());
     assert_eq!(count, 1);
     assert!(token > 0);
 }

@@ -45,7 +45,8 @@
 //! * `timeout.rs`: the [`Timeout`] handle and `cancel`; `task.rs`: how a
 //!   task is stored, run, or handed to an [`Executor`] as a [`Job`].
 //! * `shared.rs`: the state the handles, timeouts and worker share.
-//! * `worker.rs`: the tick loop, on the worker thread.
+//! * `worker.rs`: the tick loop, on the worker thread; `worker/exit.rs`:
+//!   its exit when the timer stops (leftovers cancelled, rings closed).
 //! * `handle.rs`: [`Builder`] and [`HashedWheelTimer`]: start,
 //!   `new_timeout`, stop.
 //!

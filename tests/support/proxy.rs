@@ -27,6 +27,9 @@
 //! tried in the order they were injected; the first with matches left
 //! wins. [`Proxy::set_down`] makes the server unreachable through the
 //! proxy (new connections refused, live ones reset) until restored.
+//! [`Proxy::partition`] cuts the network without closing anything: no
+//! byte passes either way (a command sent meanwhile does not reach the
+//! server, a reply does not reach the client) until it is healed.
 //!
 //! Each rule counts the commands it matched and the replies it
 //! [fired](RuleHandle::fired) on (the server's reply reached the proxy and
@@ -42,10 +45,10 @@
 //! answer one command each) are passed through from then on, untouched
 //! by rules. A replica's link to its master (a cluster node announcing
 //! the proxy's port is reached through it by its replica too) is known by
-//! its `REPLCONF` and left alone: no rule applies to it, and neither
+//! its `REPLCONF` and left alone: no rule applies to it, neither
 //! [`Proxy::cut_all`] nor [`Proxy::set_down`] cuts it (new connections
-//! are refused while down), since the faults stand for what a client of
-//! the server sees.
+//! are refused while down), and [`Proxy::partition`] does not stop it,
+//! since the faults stand for what a client of the server sees.
 #![allow(dead_code)] // each user takes a different part
 
 use std::collections::VecDeque;
@@ -268,6 +271,18 @@ impl Proxy {
         }
     }
 
+    /// `true`: a network partition between the clients and the server:
+    /// no connection is closed, but nothing passes either way. A command
+    /// sent meanwhile waits in the proxy (it does not reach the server,
+    /// so it does not run) and a reply waits too (the client hears
+    /// nothing until its own timeout); new connections are accepted (the
+    /// handshake is the proxy's) and pass nothing either. `false`: healed:
+    /// what waited passes on in order, and so does everything after it.
+    pub fn partition(&self, partitioned: bool) {
+        self.shared.lock().partitioned = partitioned;
+        self.shared.changed.notify_all();
+    }
+
     /// Resets every live client connection (RST); new ones are accepted.
     pub fn cut_all(&self) {
         self.reset(false);
@@ -317,6 +332,8 @@ struct State {
     conns: Vec<Weak<Conn>>,
     accepted: u64,
     down: bool,
+    /// See [`Proxy::partition`].
+    partitioned: bool,
     listening: bool,
     stop: bool,
 }
@@ -395,6 +412,24 @@ impl Shared {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// Waits while the proxy is [partitioned](Proxy::partition) (a
+    /// replication link never waits); false if the proxy stopped or
+    /// `conn` was cut meanwhile, so nothing may pass.
+    fn pass(&self, conn: &Conn) -> bool {
+        let mut s = self.lock();
+        while s.partitioned && !conn.replication.load(Ordering::SeqCst) {
+            if s.stop || conn.is_cut() {
+                return false;
+            }
+            s = self
+                .changed
+                .wait_timeout(s, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        !s.stop && !conn.is_cut()
     }
 
     /// Sleeps `d`, or less if the proxy stops or `conn` is cut.
@@ -559,6 +594,9 @@ fn pump_commands(shared: &Shared, conn: &Conn) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if !shared.pass(conn) {
+            break;
+        }
         buf.extend_from_slice(&chunk[..n]);
         let mut at = 0;
         while let Some(len) = command_len(&buf[at..]) {
@@ -592,6 +630,9 @@ fn pump_replies(shared: &Shared, conn: &Conn) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if !shared.pass(conn) {
+            break;
+        }
         if passthrough {
             if (&conn.client).write_all(&chunk[..n]).is_err() {
                 break;

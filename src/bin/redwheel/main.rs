@@ -9,8 +9,11 @@
 
 mod args;
 mod commands;
+mod locks;
 mod out;
+mod queues;
 mod schedules;
+mod watch;
 mod web;
 
 use std::io::Write as _;

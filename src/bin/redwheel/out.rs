@@ -1,6 +1,13 @@
-//! Output: aligned tables, payload previews, times and durations.
+//! Output: writing to stdout (a closed pipe ends the program quietly),
+//! aligned tables, payload previews, times and durations.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::code;
 
 /// Longest payload preview in a table, in characters (the full payload is
 /// in `--json`).
@@ -150,6 +157,39 @@ pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
     }
     let rank = (q * sorted.len() as f64).ceil() as usize;
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends the program quietly.
+pub fn emit(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        let _ = writeln!(std::io::stderr(), "redwheel: cannot write the output: {e}");
+        std::process::exit(i32::from(code::FAILURE));
+    }
+}
+
+/// Writes `v` to stdout as pretty JSON, one document.
+pub fn emit_json(v: &Value) {
+    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".to_owned());
+    emit(&format!("{text}\n"));
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The value, or `-` when there is none (a table cell).
+pub fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".to_owned())
 }
 
 #[cfg(test)]

@@ -9,8 +9,7 @@ use redwheel::schedule::{Schedule, ScheduleInfo, Scheduled};
 use serde_json::{Value, json};
 
 use crate::args::ScheduleCommand;
-use crate::commands::{emit, emit_json, epoch_ms, or_dash};
-use crate::out::{self, Table};
+use crate::out::{self, Table, emit, emit_json, epoch_ms, or_dash};
 use crate::{Failure, code};
 
 /// The next `n` runs of a schedule (from its stored next occurrence).
