@@ -153,7 +153,7 @@ fn modules() -> BTreeMap<String, String> {
 /// `source` without comments, string literals and its `#[cfg(test)] mod
 /// tests { … }` (whose `super` is the file's own module).
 fn code_of(source: &str) -> String {
-    // `#[cfg(test)]`, `#[cfg(all(test, not(loom)))]`…, then `mod tests {`.
+    // `#[cfg(test)]`, `#[cfg(all(test, not(redwheel_loom)))]`…, then `mod tests {`.
     let tests_at = source.match_indices("mod tests {").find_map(|(i, _)| {
         let attr = source[..i].trim_end();
         (attr.ends_with(")]") && attr[attr.rfind("#[cfg(")?..].contains("test")).then_some(i)
@@ -403,7 +403,7 @@ fn the_import_reader_expands_braces_and_skips_comments_strings_and_tests() {
     // Inside an inline module, `super` is the file's own module.
     let code = code_of(
         "mod sealed {\n    pub use super::parker::P;\n    use super::super::x::Y;\n}\n\
-         use super::z;\n#[cfg(all(test, not(loom)))]\nmod tests {\n    use super::*;\n}\n",
+         use super::z;\n#[cfg(all(test, not(redwheel_loom)))]\nmod tests {\n    use super::*;\n}\n",
     );
     let found: Vec<String> = paths(&code).iter().map(|p| p.join("::")).collect();
     assert_eq!(found, ["self::parker::P", "super::x::Y", "super::z"]);

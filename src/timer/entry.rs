@@ -73,7 +73,7 @@ pub(crate) struct Slot {
     task: UnsafeCell<TaskArea>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 const _: () = assert!(size_of::<Slot>() == 40);
 
 /// The free-list link of a free slot.

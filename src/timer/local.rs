@@ -18,13 +18,13 @@ use std::ptr::{self, NonNull};
 use super::producer::Producer;
 use super::sync::Arc;
 
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 thread_local! {
     static MINE: Mine = const { Mine::new() };
 }
 
 // Under loom, threads are the model's: so must their producers be.
-#[cfg(loom)]
+#[cfg(redwheel_loom)]
 loom::thread_local! {
     static MINE: Mine = Mine::new();
 }
@@ -139,7 +139,7 @@ impl Drop for Mine {
 /// What the calling thread's exit does to its producers, now (loom models
 /// only: a model thread's join returns before its thread-locals are
 /// dropped).
-#[cfg(all(test, loom))]
+#[cfg(all(test, redwheel_loom))]
 pub(crate) fn leave_thread() {
     MINE.with(Mine::leave);
 }
@@ -208,7 +208,7 @@ pub(crate) fn mine(
 
 /// The calling thread's cached producer (its address, 0 for none) and the
 /// addresses of the producers its list holds (tests only).
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(redwheel_loom)))]
 pub(crate) fn cache_state() -> (usize, Vec<usize>) {
     MINE.with(|m| {
         let listed = m

@@ -2,7 +2,7 @@
 //! interleaving (within the preemption bound) of the operations that race
 //! in the real timer, run on the real code through the `sync` shim.
 //!
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release
+//! `RUSTFLAGS="--cfg redwheel_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release
 //! --lib timer::loom` (as `.ci/run` does).
 //!
 //! * the ring: push / claim (nothing lost, nothing read twice, in order,

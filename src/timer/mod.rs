@@ -30,7 +30,7 @@
 //! In layers, following tokio's time driver; each file imports only the
 //! ones listed before it:
 //!
-//! * `sync.rs`: the atomics, cells and locks (loom's under `--cfg loom`,
+//! * `sync.rs`: the atomics, cells and locks (loom's under `--cfg redwheel_loom`,
 //!   for the model checks in `loom.rs`) and the calling thread's id;
 //!   `clock.rs`: the time source; `wheel.rs`: the wheel as a data structure
 //!   in integer ticks (buckets are vectors of timeouts, each timeout
@@ -126,11 +126,11 @@ mod timeout;
 mod wheel;
 mod worker;
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, redwheel_loom))]
 mod loom;
 #[cfg(test)]
 mod test_support;
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(redwheel_loom)))]
 mod tests;
 
 pub use self::clock::{Clock, ManualClock, SystemClock};

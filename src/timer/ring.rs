@@ -56,10 +56,10 @@ use super::entry::{Slot, SlotRef};
 use super::sync::{AtomicPtr, AtomicU64, Ordering, UnsafeCell};
 
 /// Entries per ring segment.
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 pub(crate) const SEG: usize = 512;
 /// Entries per ring segment (small under loom, to cross segments).
-#[cfg(loom)]
+#[cfg(redwheel_loom)]
 pub(crate) const SEG: usize = 2;
 
 const P_SHIFT: u32 = 32;
@@ -488,7 +488,7 @@ pub(crate) fn slot_of(entry: Entry) -> (SlotRef, bool) {
     (slot, entry.addr() & CANCEL_TAG != 0)
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(redwheel_loom)))]
 mod tests {
     use super::*;
 

@@ -1,38 +1,40 @@
 //! The synchronisation primitives the timer's concurrent parts use: std
 //! and parking_lot in normal builds, loom's model-checked twins under
-//! `--cfg loom` (as tokio and crossbeam do), so that the loom tests
+//! `--cfg redwheel_loom` (as tokio and crossbeam do under `--cfg loom`; a
+//! name of our own, because dependencies of the async tests, such as
+//! `event-listener`, switch to loom under `cfg(loom)` too), so that the loom tests
 //! (`loom.rs`) check the very code that runs; and the calling thread's id
 //! (a thread-local, so loom's under loom too).
 
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 pub(crate) use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
-#[cfg(loom)]
+#[cfg(redwheel_loom)]
 pub(crate) use loom::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
 /// The reference count of the producers (`producer.rs`), which loom must see
 /// to order a producer's last drop after the worker's last use.
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 pub(crate) use std::sync::Arc;
 
-#[cfg(loom)]
+#[cfg(redwheel_loom)]
 pub(crate) use loom::sync::Arc;
 
 /// A mutex whose `lock` returns the guard (parking_lot's in normal builds).
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 pub(crate) use parking_lot::Mutex;
 
 /// A mutex whose `lock` returns the guard (loom's, unwrapped: a model
 /// thread that panics fails the model anyway).
-#[cfg(loom)]
+#[cfg(redwheel_loom)]
 #[derive(Debug)]
 pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
-#[cfg(loom)]
+#[cfg(redwheel_loom)]
 impl<T> Mutex<T> {
     pub(crate) fn new(value: T) -> Self {
         Mutex(loom::sync::Mutex::new(value))
@@ -45,11 +47,11 @@ impl<T> Mutex<T> {
 
 /// An `UnsafeCell` with loom's access API: every access goes through
 /// `with` / `with_mut`, which loom checks for data races.
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 #[derive(Debug)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 impl<T> UnsafeCell<T> {
     pub(crate) const fn new(value: T) -> Self {
         UnsafeCell(std::cell::UnsafeCell::new(value))
@@ -68,18 +70,18 @@ impl<T> UnsafeCell<T> {
     }
 }
 
-#[cfg(loom)]
+#[cfg(redwheel_loom)]
 pub(crate) use loom::cell::UnsafeCell;
 
 static NEXT_THREAD_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-#[cfg(not(loom))]
+#[cfg(not(redwheel_loom))]
 thread_local! {
     static THREAD_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 // Under loom, threads are the model's: their ids must be too.
-#[cfg(loom)]
+#[cfg(redwheel_loom)]
 loom::thread_local! {
     static THREAD_ID: std::cell::Cell<u64> = std::cell::Cell::new(0);
 }
@@ -97,8 +99,8 @@ pub(crate) fn thread_id() -> u64 {
         }
         v
     };
-    #[cfg(not(loom))]
+    #[cfg(not(redwheel_loom))]
     return THREAD_ID.try_with(id).unwrap_or(u64::MAX);
-    #[cfg(loom)]
+    #[cfg(redwheel_loom)]
     return THREAD_ID.with(id);
 }

@@ -109,7 +109,7 @@ pub(crate) fn run(shared: Arc<Shared>) -> Vec<Timeout> {
 /// The worker's exit alone, as `stop()` makes it happen, on a timer whose
 /// worker never ran (the loom models play the worker's exit on the
 /// calling model thread).
-#[cfg(all(test, loom))]
+#[cfg(all(test, redwheel_loom))]
 pub(crate) fn exit_for_model(shared: Arc<Shared>) -> Vec<Timeout> {
     Worker::new(shared, 0).finish()
 }
@@ -494,7 +494,7 @@ fn fire(shared: &Shared, removed: &mut u64, slot: Pending) -> Fired {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(redwheel_loom)))]
 mod tests {
     use super::*;
 
