@@ -24,8 +24,11 @@ if cur == ARGV[2] then
   redis.call('HDEL', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
-  redis.call('HDEL', KEYS[5], ARGV[1])
-  release(KEYS[6], KEYS[7])
+  -- Priorities and waiting claims both live under the controls hash.
+  if redis.call('EXISTS', KEYS[6]) == 1 then
+    redis.call('HDEL', KEYS[5], ARGV[1])
+    release(KEYS[6], KEYS[7])
+  end
   return 1
 end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 0 then

@@ -91,7 +91,11 @@ if done then
 end
 local refused = 0
 local acked = 0
-for i = 0, tonumber(ARGV[6]) - 1 do
+local n_acks = tonumber(ARGV[6])
+-- Priorities and waiting claims both live under the controls hash: without it (the common
+-- case) an ack has neither a priority entry to delete nor a waiter to wake.
+local controlled = n_acks > 0 and redis.call('EXISTS', KEYS[10]) == 1
+for i = 0, n_acks - 1 do
   local id = ARGV[7 + 2 * i]
   local cur = redis.call('HGET', KEYS[4], id)
   if cur == ARGV[8 + 2 * i] then
@@ -99,13 +103,15 @@ for i = 0, tonumber(ARGV[6]) - 1 do
     redis.call('HDEL', KEYS[4], id)
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
-    redis.call('HDEL', KEYS[12], id)
+    if controlled then
+      redis.call('HDEL', KEYS[12], id)
+    end
     acked = acked + 1
   elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
     refused = refused + 1
   end
 end
-if acked > 0 then
+if acked > 0 and controlled then
   release(KEYS[10], KEYS[17])
 end
 local record = { seq, refused, acked }
