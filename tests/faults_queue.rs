@@ -322,13 +322,7 @@ fn an_old_attempt_of_an_earlier_take_takes_nothing_and_a_resend_takes_nothing_mo
     ])
     .unwrap();
     env.wait_ready("q", 2);
-    let sha = {
-        let mut con = redis::Client::open(env.server.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        redwheel::test_support::load_script(&mut con, scripts::TAKE).expect("take.lua")
-    };
+    let sha = env.load_script(scripts::TAKE);
     let k = |suffix: &str| format!("redwheel:{{q}}:{suffix}");
     let keys = [
         "ready",

@@ -349,13 +349,7 @@ fn an_old_attempt_of_an_earlier_claim_claims_nothing_and_a_resend_counts_no_atte
     ])
     .unwrap();
     env.wait_ready("q", 2);
-    let sha = {
-        let mut con = redis::Client::open(env.server.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        redwheel::test_support::load_script(&mut con, scripts::CLAIM).expect("claim.lua")
-    };
+    let sha = env.load_script(scripts::CLAIM);
     let keys = [
         "ready",
         "msg",

@@ -80,6 +80,17 @@ impl Env {
         Redwheel::connect_with(&self.server.url(), options()).expect("connect to the server")
     }
 
+    /// Loads redwheel's script `name` (as redwheel composes it) into the
+    /// server, for a test that runs it by hand; its SHA1.
+    pub fn load_script(&self, name: &str) -> String {
+        let mut con = redis::Client::open(self.server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redwheel::test_support::load_script(&mut con, name)
+            .unwrap_or_else(|| panic!("no script {name}"))
+    }
+
     /// Waits until the ready list of queue `q` holds `n` entries.
     pub fn wait_ready(&self, q: &str, n: i64) {
         let key = format!("redwheel:{{{q}}}:ready");
