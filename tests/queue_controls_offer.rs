@@ -706,6 +706,18 @@ fn a_burst_is_handed_out_highest_priority_first_then_in_due_and_offer_order() {
     let at = SystemTime::now() + Duration::from_millis(500);
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
     let mut offered = Vec::with_capacity(n);
+    // A few with earlier due times at a low priority: they wait behind
+    // every higher one although they fell due first. (Offered first: offering
+    // the burst may take longer than its 500 ms on a loaded machine, and these
+    // must fall due before it.)
+    for i in 0..10 {
+        q.offer_with(
+            &"0".to_string(),
+            OfferOptions::default().id(format!("early{i}")).priority(0),
+        )
+        .unwrap();
+        offered.push((0, format!("early{i}")));
+    }
     for i in 0..n {
         x ^= x << 13;
         x ^= x >> 7;
@@ -718,16 +730,6 @@ fn a_burst_is_handed_out_highest_priority_first_then_in_due_and_offer_order() {
         )
         .unwrap();
         offered.push((p, id));
-    }
-    // A few with earlier due times at a low priority: they wait behind
-    // every higher one although they fell due first.
-    for i in 0..10 {
-        q.offer_with(
-            &"0".to_string(),
-            OfferOptions::default().id(format!("early{i}")).priority(0),
-        )
-        .unwrap();
-        offered.push((0, format!("early{i}")));
     }
     wait_until(HANG, "the burst to be ready", || {
         q.stats().unwrap().ready == offered.len() as u64
