@@ -17,7 +17,7 @@
 -- Invariant: only the current claim's token acks, so an ack that arrives after its claim
 -- expired never touches a later delivery; an ack is idempotent. The in-flight slot it frees
 -- wakes claims that max_in_flight holds back, in every process.
--- (release comes from lifecycle.lua, put in front of this script by scripts.rs.)
+-- (controls_lib, which defines release, comes from lifecycle.lua, put in front of this script by scripts.rs.)
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur == ARGV[2] then
   redis.call('ZREM', KEYS[1], ARGV[1])
@@ -27,6 +27,7 @@ if cur == ARGV[2] then
   -- Priorities and waiting claims both live under the controls hash.
   if redis.call('EXISTS', KEYS[6]) == 1 then
     redis.call('HDEL', KEYS[5], ARGV[1])
+    controls_lib()
     release(KEYS[6], KEYS[7])
   end
   return 1

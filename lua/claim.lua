@@ -61,9 +61,39 @@
 -- `redwheel watch` reads). A call that acked, refused or claimed anything records it in the
 -- request's reply record (ids only: the claimed messages stay in `msg`), so a resend after
 -- a lost reply neither claims a message for nobody nor counts an attempt twice.
--- (lower_head comes from head.lua; expire and release from lifecycle.lua; pop_ready, gate,
--- now_us, log_deliveries, expired, replay and remember from ready_pop.lua: all put in front
--- of this script by scripts.rs.)
+-- The acks and the claims touch each key once per call (bulk, bulk_hmget below), not once
+-- per message: one HMGET of the leases for the acks, one LPOP of `ready` and one HMGET of
+-- `msg` for the claims when the queue has no removed entries, priorities or ttls.
+-- (lower_head comes from head.lua; controls_lib and what it defines (gate, expire, expired,
+-- release, log_deliveries) from lifecycle.lua; pop_ready, NO_CONTROLS, now_us, replay and
+-- remember from ready_pop.lua: all put in front of this script by scripts.rs.)
+-- bulk(cmd, key, list, per) sends `cmd key` over every element of `list` (fields, members,
+-- or pairs of them: `per` elements each), in calls of at most BULK items, since unpack() of a
+-- long table overflows Lua's C stack. bulk_hmget(key, fields) is HMGET over any number of
+-- fields, its reply in their order (false for each missing one).
+local BULK = 1000
+local function bulk(cmd, key, list, per)
+  local n = #list
+  local step = BULK * per
+  for i = 1, n, step do
+    redis.call(cmd, key, unpack(list, i, math.min(n, i + step - 1)))
+  end
+end
+local function bulk_hmget(key, fields)
+  local n = #fields
+  if n <= BULK then
+    return redis.call('HMGET', key, unpack(fields))
+  end
+  local out = {}
+  for i = 1, n, BULK do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(n, i + BULK - 1)))
+    for j = 1, #part do
+      out[i + j - 1] = part[j]
+    end
+  end
+  return out
+end
+
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local deadline = now_ms + tonumber(ARGV[1])
@@ -95,23 +125,38 @@ local n_acks = tonumber(ARGV[6])
 -- Priorities and waiting claims both live under the controls hash: without it (the common
 -- case) an ack has neither a priority entry to delete nor a waiter to wake.
 local controlled = n_acks > 0 and redis.call('EXISTS', KEYS[10]) == 1
-for i = 0, n_acks - 1 do
-  local id = ARGV[7 + 2 * i]
-  local cur = redis.call('HGET', KEYS[4], id)
-  if cur == ARGV[8 + 2 * i] then
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[5], id)
-    if controlled then
-      redis.call('HDEL', KEYS[12], id)
+if n_acks > 0 then
+  -- One HMGET of the leases, then one call per key for every ack that matched.
+  local ids = {}
+  for i = 1, n_acks do
+    ids[i] = ARGV[5 + 2 * i]
+  end
+  local cur = bulk_hmget(KEYS[4], ids)
+  local gone, seen = {}, {}
+  for i = 1, n_acks do
+    local id = ids[i]
+    if not seen[id] then
+      if cur[i] and cur[i] == ARGV[6 + 2 * i] then
+        seen[id] = true
+        gone[#gone + 1] = id
+      elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
+        refused = refused + 1
+      end
     end
-    acked = acked + 1
-  elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
-    refused = refused + 1
+  end
+  acked = #gone
+  if acked > 0 then
+    bulk('ZREM', KEYS[3], gone, 1)
+    bulk('HDEL', KEYS[4], gone, 1)
+    bulk('HDEL', KEYS[2], gone, 1)
+    bulk('HDEL', KEYS[5], gone, 1)
+    if controlled then
+      bulk('HDEL', KEYS[12], gone, 1)
+    end
   end
 end
 if acked > 0 and controlled then
+  controls_lib()
   release(KEYS[10], KEYS[17])
 end
 local record = { seq, refused, acked }
@@ -133,11 +178,15 @@ if redis.call('EXISTS', KEYS[7], KEYS[10]) > 0 then
     'priorities', 'ttls')
   any_stale = redis.call('EXISTS', KEYS[7]) == 1
 end
-local slots
-if c[4] then
-  slots = tonumber(c[4]) - redis.call('ZCARD', KEYS[3])
+local g, budget = 0, nil
+if c ~= NO_CONTROLS then
+  controls_lib()
+  local slots
+  if c[4] then
+    slots = tonumber(c[4]) - redis.call('ZCARD', KEYS[3])
+  end
+  g, budget = gate(c, KEYS[14], now, slots)
 end
-local g, budget = gate(c, KEYS[14], now, slots)
 if g ~= 0 then
   if g == -2 then
     redis.call('HSET', KEYS[10], 'release_waiters', '1')
@@ -148,36 +197,80 @@ if budget and budget < count then
   count = budget
 end
 local out = { 0, 0, deadline, refused, acked }
-local claimed = 0
+-- What to hand out: `got` (ids) and `vals` (their stored values), chosen first, then
+-- registered with one call per key.
+local got, vals, seen = {}, {}, {}
 local skipped = 0
 local died = 0
-local prioritized = c[5] and KEYS[11] or nil
-while claimed < count and skipped < 100 do
-  local id, v, pri_empty = pop_ready(KEYS[1], KEYS[2], KEYS[7], any_stale, prioritized)
-  if pri_empty then
-    prioritized = nil
-  end
-  if not id then
-    break
-  end
-  if not v then
-    skipped = skipped + 1
-  elseif c[6] and expired(KEYS[13], id, now_ms) then
-    expire(id, now_ms, KEYS[13], KEYS[15], KEYS[16])
-    died = died + 1
-    skipped = skipped + 1
+local function choose(id, v)
+  if v and not seen[id] then
+    seen[id] = true
+    got[#got + 1] = id
+    vals[#got] = v
   else
-    claimed = claimed + 1
-    local token = ARGV[2] .. ':' .. claimed
-    local attempt = redis.call('HINCRBY', KEYS[5], id, 1)
-    redis.call('ZADD', KEYS[3], deadline, id)
-    redis.call('HSET', KEYS[4], id, token)
+    skipped = skipped + 1
+  end
+end
+local prioritized = c[5] and KEYS[11] or nil
+if not any_stale and not prioritized and not c[6] then
+  -- No removed entries to skip, no priorities, no ttls (the common case): pop what is
+  -- wanted from `ready` at once and read the messages with one HMGET.
+  while #got < count and skipped < 100 do
+    local want = count - #got
+    local ids = redis.call('LPOP', KEYS[1], want)
+    if not ids then
+      break
+    end
+    local vs = bulk_hmget(KEYS[2], ids)
+    for j = 1, #ids do
+      choose(ids[j], vs[j])
+    end
+    if #ids < want then
+      break
+    end
+  end
+else
+  while #got < count and skipped < 100 do
+    local id, v, pri_empty = pop_ready(KEYS[1], KEYS[2], KEYS[7], any_stale, prioritized)
+    if pri_empty then
+      prioritized = nil
+    end
+    if not id then
+      break
+    end
+    if v and c[6] and expired(KEYS[13], id, now_ms) then
+      expire(id, now_ms, KEYS[13], KEYS[15], KEYS[16])
+      died = died + 1
+      skipped = skipped + 1
+    else
+      choose(id, v)
+    end
+  end
+end
+local claimed = #got
+if claimed > 0 then
+  local before = bulk_hmget(KEYS[5], got)
+  local attempts, deadlines, leases = {}, {}, {}
+  local at = string.format('%d', deadline)
+  for j = 1, claimed do
+    local id = got[j]
+    local attempt = tonumber(before[j] or '0') + 1
+    local token = ARGV[2] .. ':' .. j
+    attempts[2 * j - 1] = id
+    attempts[2 * j] = attempt
+    deadlines[2 * j - 1] = at
+    deadlines[2 * j] = id
+    leases[2 * j - 1] = id
+    leases[2 * j] = token
     out[#out + 1] = id
-    out[#out + 1] = v
+    out[#out + 1] = vals[j]
     out[#out + 1] = attempt
     out[#out + 1] = token
     record[#record + 1] = id
   end
+  bulk('HSET', KEYS[5], attempts, 2)
+  bulk('ZADD', KEYS[3], deadlines, 2)
+  bulk('HSET', KEYS[4], leases, 2)
 end
 if claimed > 0 then
   redis.call('HINCRBY', KEYS[6], 'delivered', claimed)

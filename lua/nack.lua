@@ -24,8 +24,8 @@
 -- Invariant: only the current claim's token gives it back; the message leaves `inflight`
 -- and enters `delayed` (or `dead`) in one atomic step. The in-flight slot it frees wakes
 -- claims that max_in_flight holds back, in every process.
--- (lower_head comes from head.lua, release from lifecycle.lua, put in front of this script
--- by scripts.rs.)
+-- (lower_head comes from head.lua, controls_lib (release) from lifecycle.lua, put in front of
+-- this script by scripts.rs.)
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur ~= ARGV[2] then
   if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 0 then
@@ -37,6 +37,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+controls_lib()
 release(KEYS[10], KEYS[8])
 local n = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
 if n >= tonumber(ARGV[4]) then

@@ -40,8 +40,9 @@
 -- `redwheel watch` reads its delivery rate from), and is recorded, payload included, in the
 -- request's reply record: a take whose reply is lost is resent by the client and answered
 -- from the record, so no message is lost with a reply.
--- (pop_ready, gate, NO_CONTROLS, replay and remember come from ready_pop.lua, expire from
--- lifecycle.lua, put in front of this script by scripts.rs.)
+-- (pop_ready, NO_CONTROLS, now_us, replay and remember come from ready_pop.lua;
+-- controls_lib, which defines gate, expired, expire and log_deliveries, from lifecycle.lua:
+-- put in front of this script by scripts.rs.)
 local seq = tonumber(ARGV[1])
 local done = replay(KEYS[6], seq)
 if done then
@@ -56,6 +57,7 @@ local any_stale = false
 if redis.call('EXISTS', KEYS[5], KEYS[7]) > 0 then
   c = redis.call('HMGET', KEYS[7], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
   any_stale = redis.call('EXISTS', KEYS[5]) == 1
+  controls_lib()
 end
 local now
 if c[1] == false and (c[2] or c[5]) then

@@ -57,12 +57,15 @@
 -- HMGET: O(log n + batch); nothing is scanned. `head`'s `due` is exact after a call that
 -- leaves less than a batch due (with a full batch it stays as it was, at or before now, and
 -- the client runs again at once).
--- (ready_score, expire and release come from lifecycle.lua, put in front by scripts.rs.)
+-- (controls_lib, which defines ready_score, expire and release, comes from lifecycle.lua, put in front by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local batch = tonumber(ARGV[1])
 local max = tonumber(ARGV[2])
 local c = redis.call('HMGET', KEYS[9], 'priorities', 'ttls')
+if c[1] or c[2] then
+  controls_lib()
+end
 local to_pri = 0
 local moved = 0
 if c[1] then
@@ -128,6 +131,7 @@ for _, id in ipairs(expired) do
   end
 end
 if #expired > 0 then
+  controls_lib()
   release(KEYS[9], KEYS[15])
 end
 moved = moved + #expired
