@@ -61,9 +61,10 @@
 -- `redwheel watch` reads). A call that acked, refused or claimed anything records it in the
 -- request's reply record (ids only: the claimed messages stay in `msg`), so a resend after
 -- a lost reply neither claims a message for nobody nor counts an attempt twice.
--- The acks and the claims touch each key once per call (bulk, bulk_hmget below), not once
--- per message: one HMGET of the leases for the acks, one LPOP of `ready` and one HMGET of
--- `msg` for the claims when the queue has no removed entries, priorities or ttls.
+-- Several acks, and several claims from a queue with no removed entries, priorities or
+-- ttls, touch each key once per call (bulk, bulk_hmget below), not once per message: one
+-- HMGET of the leases for the acks, one LPOP of `ready` and one HMGET of `msg` for the
+-- claims. One ack or one claim goes the direct way (fewer calls and tables for one).
 -- (lower_head comes from head.lua; controls_lib and what it defines (gate, expire, expired,
 -- release, log_deliveries) from lifecycle.lua; pop_ready, NO_CONTROLS, now_us, replay and
 -- remember from ready_pop.lua: all put in front of this script by scripts.rs.)
@@ -125,7 +126,22 @@ local n_acks = tonumber(ARGV[6])
 -- Priorities and waiting claims both live under the controls hash: without it (the common
 -- case) an ack has neither a priority entry to delete nor a waiter to wake.
 local controlled = n_acks > 0 and redis.call('EXISTS', KEYS[10]) == 1
-if n_acks > 0 then
+if n_acks == 1 then
+  -- One ack (a pool of one worker per claimer): the calls of a bulk ack cost more than it.
+  local id = ARGV[7]
+  if redis.call('HGET', KEYS[4], id) == ARGV[8] then
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[5], id)
+    if controlled then
+      redis.call('HDEL', KEYS[12], id)
+    end
+    acked = 1
+  elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
+    refused = 1
+  end
+elseif n_acks > 1 then
   -- One HMGET of the leases, then one call per key for every ack that matched.
   local ids = {}
   for i = 1, n_acks do
@@ -197,24 +213,15 @@ if budget and budget < count then
   count = budget
 end
 local out = { 0, 0, deadline, refused, acked }
--- What to hand out: `got` (ids) and `vals` (their stored values), chosen first, then
--- registered with one call per key.
-local got, vals, seen = {}, {}, {}
+local claimed = 0
 local skipped = 0
 local died = 0
-local function choose(id, v)
-  if v and not seen[id] then
-    seen[id] = true
-    got[#got + 1] = id
-    vals[#got] = v
-  else
-    skipped = skipped + 1
-  end
-end
 local prioritized = c[5] and KEYS[11] or nil
-if not any_stale and not prioritized and not c[6] then
-  -- No removed entries to skip, no priorities, no ttls (the common case): pop what is
-  -- wanted from `ready` at once and read the messages with one HMGET.
+if count > 1 and not any_stale and not prioritized and not c[6] then
+  -- Several wanted, and no removed entries to skip, no priorities, no ttls (a pool's claim
+  -- in the common case): pop them from `ready` at once, read them with one HMGET, and
+  -- register them with one call per key.
+  local got, vals, seen = {}, {}, {}
   while #got < count and skipped < 100 do
     local want = count - #got
     local ids = redis.call('LPOP', KEYS[1], want)
@@ -223,14 +230,48 @@ if not any_stale and not prioritized and not c[6] then
     end
     local vs = bulk_hmget(KEYS[2], ids)
     for j = 1, #ids do
-      choose(ids[j], vs[j])
+      local id, v = ids[j], vs[j]
+      if v and not seen[id] then
+        seen[id] = true
+        got[#got + 1] = id
+        vals[#got] = v
+      else
+        skipped = skipped + 1
+      end
     end
     if #ids < want then
       break
     end
   end
+  claimed = #got
+  if claimed > 0 then
+    local before = bulk_hmget(KEYS[5], got)
+    local attempts, deadlines, leases = {}, {}, {}
+    local at = string.format('%d', deadline)
+    for j = 1, claimed do
+      local id = got[j]
+      local attempt = tonumber(before[j] or '0') + 1
+      local token = ARGV[2] .. ':' .. j
+      attempts[2 * j - 1] = id
+      attempts[2 * j] = attempt
+      deadlines[2 * j - 1] = at
+      deadlines[2 * j] = id
+      leases[2 * j - 1] = id
+      leases[2 * j] = token
+      out[#out + 1] = id
+      out[#out + 1] = vals[j]
+      out[#out + 1] = attempt
+      out[#out + 1] = token
+      record[#record + 1] = id
+    end
+    bulk('HSET', KEYS[5], attempts, 2)
+    bulk('ZADD', KEYS[3], deadlines, 2)
+    bulk('HSET', KEYS[4], leases, 2)
+  end
 else
-  while #got < count and skipped < 100 do
+  -- One message at a time: one wanted (where the bulk calls cost more than they save), or
+  -- entries to look at one by one.
+  while claimed < count and skipped < 100 do
     local id, v, pri_empty = pop_ready(KEYS[1], KEYS[2], KEYS[7], any_stale, prioritized)
     if pri_empty then
       prioritized = nil
@@ -238,39 +279,25 @@ else
     if not id then
       break
     end
-    if v and c[6] and expired(KEYS[13], id, now_ms) then
+    if not v then
+      skipped = skipped + 1
+    elseif c[6] and expired(KEYS[13], id, now_ms) then
       expire(id, now_ms, KEYS[13], KEYS[15], KEYS[16])
       died = died + 1
       skipped = skipped + 1
     else
-      choose(id, v)
+      claimed = claimed + 1
+      local token = ARGV[2] .. ':' .. claimed
+      local attempt = redis.call('HINCRBY', KEYS[5], id, 1)
+      redis.call('ZADD', KEYS[3], deadline, id)
+      redis.call('HSET', KEYS[4], id, token)
+      out[#out + 1] = id
+      out[#out + 1] = v
+      out[#out + 1] = attempt
+      out[#out + 1] = token
+      record[#record + 1] = id
     end
   end
-end
-local claimed = #got
-if claimed > 0 then
-  local before = bulk_hmget(KEYS[5], got)
-  local attempts, deadlines, leases = {}, {}, {}
-  local at = string.format('%d', deadline)
-  for j = 1, claimed do
-    local id = got[j]
-    local attempt = tonumber(before[j] or '0') + 1
-    local token = ARGV[2] .. ':' .. j
-    attempts[2 * j - 1] = id
-    attempts[2 * j] = attempt
-    deadlines[2 * j - 1] = at
-    deadlines[2 * j] = id
-    leases[2 * j - 1] = id
-    leases[2 * j] = token
-    out[#out + 1] = id
-    out[#out + 1] = vals[j]
-    out[#out + 1] = attempt
-    out[#out + 1] = token
-    record[#record + 1] = id
-  end
-  bulk('HSET', KEYS[5], attempts, 2)
-  bulk('ZADD', KEYS[3], deadlines, 2)
-  bulk('HSET', KEYS[4], leases, 2)
 end
 if claimed > 0 then
   redis.call('HINCRBY', KEYS[6], 'delivered', claimed)
