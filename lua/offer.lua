@@ -16,7 +16,8 @@
 -- Reply: the message's due time in epoch ms (server clock), an integer >= 0, when it was
 --        added; -1 when the id is already known to the queue (waiting, due, or parked as a
 --        dead letter): nothing is written, so offering the same id twice is harmless.
---        Error 'ERR redwheel: due overflows' when the due time exceeds 2^53 ms, and
+--        Error 'ERR redwheel: due overflows' when the due time exceeds 2^53 ms (checked
+--        before the id when the queue has no max_len), and
 --        'ERR redwheel: queue full (<len> of max_len <n>, 1 to add)' when the queue holds max_len
 --        messages already (delayed, ready or in flight: HLEN msg - ZCARD dead); nothing is
 --        written then.
@@ -28,12 +29,16 @@
 -- earlier heads, never later ones; `head` is lowered to it likewise. The length never
 -- passes max_len. O(log n). (lower_head comes from head.lua, full and due_at from
 -- offer_lib.lua, put in front of this script by scripts.rs.)
-if redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
-  return -1
-end
-local refused = full(KEYS[5], KEYS[2], KEYS[6], 1)
-if refused then
-  return refused
+-- With max_len set, the id and the length are checked before anything is written; without
+-- it (the common case) HSETNX writes the message and checks the id in one call.
+if redis.call('HEXISTS', KEYS[5], 'max_len') == 1 then
+  if redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
+    return -1
+  end
+  local refused = full(KEYS[5], KEYS[2], KEYS[6], 1)
+  if refused then
+    return refused
+  end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,9 +47,11 @@ if due > 9007199254740992 then
   return redis.error_reply('ERR redwheel: due overflows')
 end
 local dues = string.format('%d', due)
+if redis.call('HSETNX', KEYS[2], ARGV[3], dues .. ':' .. ARGV[4]) == 0 then
+  return -1
+end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], dues, ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[3], dues .. ':' .. ARGV[4])
 if head[2] == nil or due < tonumber(head[2]) then
   -- (A due later than the delayed head is above the lower bound already.)
   lower_head(KEYS[4], due)
