@@ -142,17 +142,21 @@ for _, at in ipairs(apply) do
 end
 local ahead_set, ahead_gone = {}, {}
 local entries = sched_hmget(KEYS[7], ahead_names)
+local fired_before = sched_hmget(KEYS[3], ahead_names)
 for j, name in ipairs(ahead_names) do
   local at = ahead_at[j]
   local k = tonumber(ARGV[at + 4])
   if entries[j] or tonumber(ARGV[at + 4 + k]) > now then
-    -- The entry's base and occurrences, or (none yet) the last fired before this call; then
-    -- this call's occurrences after them.
-    local base, all
+    -- The entry's base and occurrences (none: no entry yet), then this call's occurrences
+    -- after them; the base starts from the last fired before this call too, when that is
+    -- due (a firing that left no entry, as one by an earlier build, still counts).
+    local base, all = false, {}
     if entries[j] then
       base, all = sched_ahead_parse(entries[j])
-    else
-      base, all = redis.call('HGET', KEYS[3], name) or false, {}
+    end
+    local last = fired_before[j]
+    if last and tonumber(last) <= now and (not base or tonumber(last) > tonumber(base)) then
+      base = last
     end
     for g = at + 5, at + 4 + k do
       all[#all + 1] = ARGV[g]
@@ -162,7 +166,7 @@ for j, name in ipairs(ahead_names) do
     for _, o in ipairs(all) do
       if tonumber(o) > now then
         list[#list + 1] = o
-      else
+      elseif not base or tonumber(o) > tonumber(base) then
         base = o
       end
     end
