@@ -11,6 +11,16 @@
 -- redwheel:{N}:schedules:last     HASH    name -> its last occurrence fired (epoch ms)
 -- redwheel:{N}:schedules:changes  ZSET    name -> the version of its last change (removals
 --                                          included), kept for the last KEEP versions
+-- redwheel:{N}:schedules:ahead    HASH    name -> "<base>:<o1>:<o2>…": occurrences offered
+--                                          before they fell due (schedule_fire.lua fires up to
+--                                          its lead ahead), o1 < o2 < …, each the message
+--                                          `sched:<name>:<o>`; base: the last occurrence fired
+--                                          before o1 ('x': none). Every occurrence fired after
+--                                          base is listed, so a pause, a replacement or a
+--                                          removal can take back those still ahead of TIME
+--                                          (sched_ahead_read, sched_take_back) and put `last`
+--                                          back. An entry whose occurrences all fell due is
+--                                          stale and harmless (nothing is ahead to take back).
 -- redwheel:{N}:head               HASH    field `schedules`: "<version>:<earliest next or
 --                                          empty>", what a process reads to know whether its
 --                                          copy of the schedules is current, and when the next
@@ -70,8 +80,15 @@ end
 
 -- Whether a schedule may start (again) from `settled`: not after the server's now, and not
 -- before its last occurrence fired (in `last`), so that nothing fired is owed again.
-local function sched_may_start(last, name, settled, now)
-  local fired = redis.call('HGET', last, name)
+-- `back` (sched_ahead_read's, or nil): the occurrences offered ahead that the caller takes
+-- back in the same script do not count.
+local function sched_may_start(last, name, settled, now, back)
+  local fired
+  if back and #back.ids > 0 then
+    fired = back.last
+  else
+    fired = redis.call('HGET', last, name)
+  end
   return settled <= now and not (fired and settled < tonumber(fired))
 end
 
@@ -91,3 +108,73 @@ local function sched_chunked(cmd, key, args, step)
   end
 end
 
+
+-- HMGET key over `fields`, in pieces of at most 1,000 (Lua's unpack stops near 8,000 values):
+-- one value per field, false for a missing one.
+local function sched_hmget(key, fields)
+  local out = {}
+  local i = 1
+  while i <= #fields do
+    local j = math.min(#fields, i + 999)
+    local got = redis.call('HMGET', key, unpack(fields, i, j))
+    for g = 1, #got do
+      out[i + g - 1] = got[g]
+    end
+    i = j + 1
+  end
+  return out
+end
+
+-- An entry of `ahead`: its base (false: none) and its occurrences (strings, oldest first).
+local function sched_ahead_parse(entry)
+  local base, list, first = false, {}, true
+  for part in string.gmatch(entry, '[^:]+') do
+    if first then
+      first = false
+      if part ~= 'x' then
+        base = part
+      end
+    else
+      list[#list + 1] = part
+    end
+  end
+  return base, list
+end
+
+-- What taking back the occurrences of `name` offered ahead of `now` means, writing nothing
+-- (a script that may still refuse reads this first): nil when `name` has no entry in `ahead`;
+-- else { ids = the messages to remove: occurrences after `now` still in `delayed`; last = the
+-- last occurrence fired once they are gone (false: none) }. O(entries: at most the lead in ms).
+local function sched_ahead_read(ahead, delayed, name, now)
+  local entry = redis.call('HGET', ahead, name)
+  if not entry then
+    return nil
+  end
+  local last, list = sched_ahead_parse(entry)
+  local ids = {}
+  for _, o in ipairs(list) do
+    local id = 'sched:' .. name .. ':' .. o
+    if tonumber(o) > now and redis.call('ZSCORE', delayed, id) then
+      ids[#ids + 1] = id
+    elseif not last or tonumber(o) > tonumber(last) then
+      last = o
+    end
+  end
+  return { ids = ids, last = last }
+end
+
+-- Applies sched_ahead_read's `back`: the messages go (as remove.lua removes a delayed one:
+-- they are only in `delayed` and `msg`; `head`'s `due` stays a lower bound), `last` goes back
+-- to what was fired before them, and the entry is dropped.
+local function sched_take_back(back, ahead, delayed, msg, last, name)
+  if #back.ids > 0 then
+    redis.call('ZREM', delayed, unpack(back.ids))
+    redis.call('HDEL', msg, unpack(back.ids))
+    if back.last then
+      redis.call('HSET', last, name, back.last)
+    else
+      redis.call('HDEL', last, name)
+    end
+  end
+  redis.call('HDEL', ahead, name)
+end

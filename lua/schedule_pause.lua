@@ -7,6 +7,9 @@
 -- KEYS[4]  redwheel:{N}:schedules:changes  ZSET    name -> version of its last change
 -- KEYS[5]  redwheel:{N}:head               HASH    `schedules`: "<version>:<earliest next>"
 -- KEYS[6]  redwheel:{N}:wake               shard channel (SPUBLISHed 's': the set changed)
+-- KEYS[7]  redwheel:{N}:schedules:ahead    HASH    name -> occurrences offered ahead
+-- KEYS[8]  redwheel:{N}:delayed            ZSET    id -> due (ms)
+-- KEYS[9]  redwheel:{N}:msg                HASH    id -> "<due ms>:<payload>"
 -- ARGV[1]  the schedule's name
 -- ARGV[2]  'p' (pause) or 'r' (resume)
 -- ARGV[3]  resume only: the rev of the record the client read the definition from
@@ -22,7 +25,9 @@
 --
 -- Invariant: a paused schedule has no `next`, so it never fires; occurrences that fall
 -- while it is paused are not owed when it resumes (it starts again from ARGV[4], as a new
--- schedule does). Each change bumps the version and is announced on `wake`.
+-- schedule does), and a pause takes back those offered ahead that fall due after its TIME
+-- (and puts `last` back to what was fired before them). Each change bumps the version and
+-- is announced on `wake`.
 local now = now_ms()
 local name = ARGV[1]
 local cur = redis.call('HGET', KEYS[1], name)
@@ -34,6 +39,10 @@ local version
 if ARGV[2] == 'p' then
   if paused == '1' then
     return { 0, now }
+  end
+  local back = sched_ahead_read(KEYS[7], KEYS[8], name, now)
+  if back then
+    sched_take_back(back, KEYS[7], KEYS[8], KEYS[9], KEYS[3], name)
   end
   version = sched_next_version(KEYS[5])
   redis.call('HSET', KEYS[1], name, string.format('%d', version) .. ':1:' .. def)

@@ -1,5 +1,6 @@
 -- schedule_remove.lua: deletes schedule `name` of queue N (Queue::unschedule). Its
--- occurrences already offered stay in the queue. After schedule_lib.lua.
+-- occurrences already offered stay in the queue, but those offered ahead of the call's TIME
+-- (not yet due) are taken back. After schedule_lib.lua.
 --
 -- KEYS[1]  redwheel:{N}:schedules          HASH    name -> "<rev>:<paused>:<definition>"
 -- KEYS[2]  redwheel:{N}:schedules:payload  HASH    name -> payload
@@ -8,14 +9,22 @@
 -- KEYS[5]  redwheel:{N}:schedules:changes  ZSET    name -> version of its last change
 -- KEYS[6]  redwheel:{N}:head               HASH    `schedules`: "<version>:<earliest next>"
 -- KEYS[7]  redwheel:{N}:wake               shard channel (SPUBLISHed 's': the set changed)
+-- KEYS[8]  redwheel:{N}:schedules:ahead    HASH    name -> occurrences offered ahead
+-- KEYS[9]  redwheel:{N}:delayed            ZSET    id -> due (ms)
+-- KEYS[10] redwheel:{N}:msg                HASH    id -> "<due ms>:<payload>"
 -- ARGV[1]  the schedule's name
 --
 -- Reply: 1 removed, 0 there was no such schedule (nothing written).
 --
 -- Invariant: the schedule's keys go together, in one step, so no process fires it after
--- this; the removal is a change (a new version, recorded in `changes`) like any other.
+-- this, and no occurrence of it due after the call's TIME stays in the queue; the removal is
+-- a change (a new version, recorded in `changes`) like any other.
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
+end
+local back = sched_ahead_read(KEYS[8], KEYS[9], ARGV[1], now_ms())
+if back then
+  sched_take_back(back, KEYS[8], KEYS[9], KEYS[10], KEYS[4], ARGV[1])
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])

@@ -8,6 +8,9 @@
 -- KEYS[5]  redwheel:{N}:schedules:changes  ZSET    name -> version of its last change
 -- KEYS[6]  redwheel:{N}:head               HASH    `schedules`: "<version>:<earliest next>"
 -- KEYS[7]  redwheel:{N}:wake               shard channel (SPUBLISHed 's': the set changed)
+-- KEYS[8]  redwheel:{N}:schedules:ahead    HASH    name -> occurrences offered ahead
+-- KEYS[9]  redwheel:{N}:delayed            ZSET    id -> due (ms)
+-- KEYS[10] redwheel:{N}:msg                HASH    id -> "<due ms>:<payload>"
 -- ARGV[1]  the schedule's name
 -- ARGV[2]  its canonical definition (Schedule::definition)
 -- ARGV[3]  the payload of its occurrences
@@ -18,7 +21,9 @@
 -- Reply: { code, at }:
 --   0   unchanged: the same definition and payload were stored already (nothing written,
 --       whatever the schedule's state: paused, next, last fired)
---   1   created; 2 replaced (the paused flag and the last occurrence fired are kept)
+--   1   created; 2 replaced (the paused flag and the last occurrence fired are kept; the
+--       occurrences of the replaced definition offered ahead of the call's TIME, not yet
+--       due, are taken back: removed from the queue, and `last` is what was fired before)
 --   -1  nothing written: start from `at` instead (compute ARGV[5] again from it and retry).
 --       Either ARGV[4] is later than the server's now or earlier than the last occurrence
 --       fired (`at` is the server's now), or the schedule being replaced has an occurrence
@@ -29,12 +34,15 @@
 -- Invariant: a running schedule's `next` is the first occurrence after an instant at or
 -- before the call's TIME, at or after its last occurrence fired, and before any occurrence
 -- the replaced definition still owed; so nothing the call replaced fires again, nothing
--- owed is dropped, and nothing after the call is skipped. Every change bumps the version
+-- owed is dropped, and nothing after the call is skipped; no occurrence the replaced
+-- definition offered ahead and that falls due after the call's TIME stays in the queue.
+-- Every refusal is decided before anything is written. Every change bumps the version
 -- once, records itself in `changes` and is announced on `wake`.
 local now = now_ms()
 local name = ARGV[1]
 local cur = redis.call('HGET', KEYS[1], name)
 local paused = '0'
+local back
 if cur then
   local _, p, def = sched_parse(cur)
   if def == ARGV[2] and redis.call('HGET', KEYS[2], name) == ARGV[3] then
@@ -45,9 +53,13 @@ if cur then
   if due and tonumber(due) <= tonumber(ARGV[4]) then
     return { -1, tonumber(due) - 1 }
   end
+  back = sched_ahead_read(KEYS[8], KEYS[9], name, now)
 end
-if not sched_may_start(KEYS[4], name, tonumber(ARGV[4]), now) then
+if not sched_may_start(KEYS[4], name, tonumber(ARGV[4]), now, back) then
   return { -1, now }
+end
+if back then
+  sched_take_back(back, KEYS[8], KEYS[9], KEYS[10], KEYS[4], name)
 end
 local version = sched_next_version(KEYS[6])
 redis.call('HSET', KEYS[1], name, string.format('%d', version) .. ':' .. paused .. ':' .. ARGV[2])

@@ -33,7 +33,7 @@
 //! | `redwheel_delivery_lateness_seconds` | histogram | per message delivered for the first time (by `take`, or a claim of attempt 1): delivery time (Redis server clock, by this process's estimate) − due time. Redeliveries are left out: they keep their first due time |
 //! | `redwheel_schedule_occurrences_fired_total` | counter | occurrences of the queue's recurring schedules that this process offered (each occurrence is offered by one process) |
 //! | `redwheel_schedule_occurrences_skipped_total` | counter | due occurrences this process's firing dropped by the schedule's catch-up policy (after downtime) |
-//! | `redwheel_schedule_firing_lateness_seconds` | histogram | per occurrence this process offered: the Redis server's `TIME` when the firing script ran − the occurrence |
+//! | `redwheel_schedule_firing_lateness_seconds` | histogram | per occurrence this process offered: the Redis server's `TIME` when the firing script ran − the occurrence; 0 for one offered ahead of its time (within the lead) |
 //!
 //! The backlog gauges are only as fresh as the last `stats()` call: have
 //! the exporter's scrape handler call it, or call it on an interval (the

@@ -163,6 +163,9 @@ fn a_schedule_whose_announcement_was_lost_fires_after_the_guard_sweep() {
             "redwheel:{sweep}:schedules:changes",
             "redwheel:{sweep}:head",
             NOWHERE,
+            "redwheel:{sweep}:schedules:ahead",
+            "redwheel:{sweep}:delayed",
+            "redwheel:{sweep}:msg",
         ],
         &[
             "hourly",

@@ -5,6 +5,7 @@
 //! schedules; the guard sweep finding a schedule whose announcement was
 //! lost.
 
+mod schedule_support;
 mod support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -30,20 +31,8 @@ fn take_n(
     n: usize,
 ) -> Vec<(Message<String>, u64)> {
     let q = q.clone();
-    let port = server.port();
-    within(HANG, move || {
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        (0..n)
-            .map(|_| {
-                let m = q.take().unwrap();
-                let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
-                (m, s * 1000 + us / 1000)
-            })
-            .collect()
-    })
+    let url = server.url();
+    within(HANG, move || schedule_support::take_timed(&q, &url, n))
 }
 
 #[test]
@@ -264,6 +253,9 @@ fn set_raw(
         .key(k("schedules:changes"))
         .key(k("head"))
         .key(k("wake"))
+        .key(k("schedules:ahead"))
+        .key(k("delayed"))
+        .key(k("msg"))
         .arg(name)
         .arg(s.definition())
         .arg(payload)

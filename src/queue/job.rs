@@ -5,17 +5,23 @@
 //! A full run sends, in one round: the schedules' part (a read of the
 //! definitions that changed, or `schedule_fire.lua` for the schedules due
 //! by this process's copy, or an `HGET` of the schedules' version to see
-//! whether the copy is current), then `transfer.lua`, so an occurrence
-//! offered by the firing is moved to the ready list by the transfer right
-//! behind it, in the same round trip. Many due schedules are fired in
-//! calls of 250, each followed by a transfer, so consumers get the first
-//! occurrences while the later ones are being fired.
+//! whether the copy is current), then `transfer.lua`. Schedules fire
+//! [`AHEAD_MS`] before their next occurrence (the script accepts up to
+//! [`LEAD_MS`], by the server's clock): each occurrence is written
+//! ahead as a delayed message due at it, and the transfer's reply arms the
+//! job at the queue's earliest due time, so at the occurrence only the
+//! transfer stands between it and the consumers. (An occurrence fired late,
+//! at or after its time, is moved by the transfer right behind the firing,
+//! in the same round trip.) Many due schedules are fired in calls of 250,
+//! each followed by a transfer, so consumers get the first occurrences
+//! while the later ones are being fired.
 //!
 //! A guard sweep sends instead one `HMGET` of the queue's `head` hash:
 //! `due` (a lower bound of every due time and visibility deadline) and
 //! `schedules` (the schedules' version and earliest next occurrence), and
 //! runs the full job only when one of them is due or the copy is out of
-//! date; otherwise it arms the job at the earliest of them. So an idle
+//! date; otherwise it arms the job at the earliest of them (the schedules'
+//! [`AHEAD_MS`] before their next occurrence). So an idle
 //! queue costs one `HMGET` per guard interval, while a lost wake-up or a
 //! dead process still never strands work for longer than the interval:
 //! every script that adds a due time, a deadline or a schedule lowers
@@ -30,7 +36,7 @@ use parking_lot::Mutex;
 use redis::Value;
 
 use super::keys::Keys;
-use super::schedules::mirror::{Group, Mirror};
+use super::schedules::mirror::{AHEAD_MS, Group, LEAD_MS, Mirror};
 use super::schedules::stored::{FireReply, parse_fire, parse_head, parse_queue_head, parse_read};
 use super::transfer::TransferJob;
 use crate::error::{Error, ErrorKind};
@@ -162,18 +168,20 @@ impl QueueJob {
         let k = &self.full.keys;
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(scripts::SCHEDULE_FIRE.get_hash())
-            .arg(6)
+            .arg(7)
             .arg(&k.schedules_next)
             .arg(&k.schedules_payload)
             .arg(&k.schedules_last)
             .arg(&k.head)
             .arg(&k.delayed)
             .arg(&k.msg)
-            .arg(version);
+            .arg(&k.schedules_ahead)
+            .arg(version)
+            .arg(LEAD_MS);
         for g in groups {
             cmd.arg(&g.name)
                 .arg(g.expected)
-                .arg(g.settled)
+                .arg(g.settled.map(|n| n.to_string()).unwrap_or_default())
                 .arg(g.next_ms.map(|n| n.to_string()).unwrap_or_default())
                 .arg(g.fire.len());
             for at in &g.fire {
@@ -254,7 +262,7 @@ impl QueueJob {
         if self.stale.load(Ordering::Acquire) {
             return Ok(Next::Again);
         }
-        let Some(at) = st.mirror.earliest() else {
+        let Some(at) = st.mirror.earliest().map(|n| n.saturating_sub(AHEAD_MS)) else {
             return Ok(Next::Idle);
         };
         // A script's TIME was read before its reply arrived, so a wait
@@ -289,6 +297,7 @@ impl QueueJob {
             st.mirror.advance(&g.name, g.next_ms);
             self.full.metrics.fired.add(g.fire.len() as u64);
             self.full.metrics.skipped.add(g.skipped);
+            // How late each was written: 0 for those written ahead.
             for at in &g.fire {
                 self.full
                     .metrics
@@ -317,6 +326,7 @@ impl QueueJob {
             self.stale.store(true, Ordering::Release);
             return Ok(Next::Again);
         }
+        let next = next.map(|n| n.saturating_sub(AHEAD_MS));
         let earliest = match (head, next) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => match a.or(b) {

@@ -63,12 +63,13 @@ pub(crate) struct Keys {
     pub head: String,
     /// The queue's recurring schedules (`lua/schedule_lib.lua` says what
     /// each holds): definitions, payloads, next occurrences, last fired,
-    /// changes by version.
+    /// changes by version, occurrences offered ahead.
     pub schedules: String,
     pub schedules_payload: String,
     pub schedules_next: String,
     pub schedules_last: String,
     pub schedules_changes: String,
+    pub schedules_ahead: String,
 }
 
 impl Keys {
@@ -100,6 +101,7 @@ impl Keys {
             schedules_next: k("schedules:next"),
             schedules_last: k("schedules:last"),
             schedules_changes: k("schedules:changes"),
+            schedules_ahead: k("schedules:ahead"),
         }
     }
 

@@ -11,9 +11,10 @@
 //! Keys `redwheel:{N}:delayed`, `:msg`, `:ready`, `:inflight`, `:lease`,
 //! `:attempts`, `:dead`, `:reason`, `:counts`, `:stale`, `:head` and the
 //! `:wake` channel; the controls' `:controls`, `:prioritized`,
-//! `:priority`, `:expires`, `:dedup`, `:rate` and `:throttle:<key>`; five
+//! `:priority`, `:expires`, `:dedup`, `:rate` and `:throttle:<key>`; six
 //! more for recurring schedules (`:schedules`, `:schedules:payload`,
-//! `:schedules:next`, `:schedules:last`, `:schedules:changes`), and the
+//! `:schedules:next`, `:schedules:last`, `:schedules:changes`,
+//! `:schedules:ahead`), and the
 //! short-lived reply records of take and claim calls
 //! (`:reply:<process>.<slot>`), all under the hash tag `{N}`, so every
 //! script of a queue touches one cluster slot. What each holds and which
@@ -95,7 +96,9 @@
 //!   firing a replica had not received, as it can any write.)
 //! * **Server time.** Occurrences are judged by the Redis server's `TIME`;
 //!   a process's clock estimate only arms its wheel, and a firing planned
-//!   early is refused by the script.
+//!   early is refused by the script: the catch-up policy only judges
+//!   occurrences at or before the server's `TIME`, and none is offered more
+//!   than the lead (below) before it.
 //! * **Downtime.** Occurrences that passed while no process ran are
 //!   settled by the schedule's [`CatchUp`](crate::schedule::CatchUp)
 //!   policy when a process comes back: by default
@@ -107,15 +110,28 @@
 //!   goes on from that call (or from an occurrence the old one still owed:
 //!   nothing owed is dropped). [`Queue::pause_schedule`] stops it (what falls
 //!   while paused is not owed), [`Queue::resume_schedule`] restarts it,
-//!   [`Queue::unschedule`] deletes it; its occurrences already offered
-//!   stay. [`Queue::schedules`] lists them with their next occurrence and
+//!   [`Queue::unschedule`] deletes it; its occurrences already due stay
+//!   (those offered ahead and not yet due are taken back by the pause, the
+//!   replacement or the removal, in the same script: none of them is ever
+//!   delivered). [`Queue::schedules`] lists them with their next occurrence and
 //!   last one fired; `Redwheel::inspect_schedules` does the same without
 //!   opening the queue. [`Queue::trigger_schedule`] fires one by hand: its
 //!   payload as one more message, due now, under a fresh id (not one of
 //!   its occurrences, which go on as before).
-//! * **Latency.** An occurrence is offered and moved to the ready list in
-//!   one round trip of the driver, at the occurrence (within the wheel's
-//!   1 ms tick), however many schedules fall due at once.
+//! * **Fired ahead.** Each occurrence is offered up to a lead of 100 ms
+//!   before it falls due, as a message due at the occurrence (so never
+//!   delivered before it), and the queue's transfer is armed for it: at
+//!   the occurrence only the transfer (one script call for up to a batch
+//!   of occurrences) stands between it and the consumers, however many
+//!   schedules fall due at once. Within the lead, [`ScheduleInfo`]'s
+//!   `last_fired` already shows the waiting occurrence (and `next` the one
+//!   after it), and the firing lateness metric counts it as 0 (it measures
+//!   how late an occurrence was written, relative to its time). An
+//!   occurrence fired late (no process was running, or its wheel was held
+//!   up past the lead) is offered due at once and moved to the ready list
+//!   in the same round trip.
+//!
+//! [`ScheduleInfo`]: crate::schedule::ScheduleInfo
 //!
 //! [`ErrorKind::Unavailable`]: crate::ErrorKind::Unavailable
 //! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown

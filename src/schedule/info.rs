@@ -17,11 +17,15 @@ pub struct ScheduleInfo {
     /// The definition decoded; `None` when this build cannot read it (a
     /// later version of redwheel wrote it).
     pub schedule: Option<Schedule>,
-    /// Its next occurrence (by the Redis server's clock); `None` while it
-    /// is paused and once it has no more (past its
-    /// [`until`](Schedule::until)).
+    /// Its next occurrence (by the Redis server's clock): the next one not
+    /// yet offered; `None` while it is paused and once it has no more (past
+    /// its [`until`](Schedule::until)).
     pub next: Option<SystemTime>,
-    /// The last occurrence offered to the queue, if any.
+    /// The last occurrence offered to the queue, if any. Occurrences are
+    /// offered up to 100 ms before they fall due (see "Recurring
+    /// schedules" in [`queue`](crate::queue#recurring-schedules)), so this
+    /// may be one a little in the future, waiting in the queue as a
+    /// delayed message.
     pub last_fired: Option<SystemTime>,
     /// Whether it is paused ([`Queue::pause_schedule`]).
     ///

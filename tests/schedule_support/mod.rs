@@ -46,3 +46,20 @@ pub fn runs(s: &Schedule, zone_name: &str, from: &str, n: usize) -> Vec<String> 
 pub fn cron(expr: &str, zone_name: &str) -> Schedule {
     Schedule::cron(expr).unwrap().time_zone(zone_name).unwrap()
 }
+
+/// Takes `n` messages of `q`, each with the Redis server's clock (`TIME`,
+/// epoch ms, on a connection to `url`) read right after it was taken.
+pub fn take_timed(
+    q: &redwheel::Queue<String>,
+    url: &str,
+    n: usize,
+) -> Vec<(redwheel::Message<String>, u64)> {
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    (0..n)
+        .map(|_| {
+            let m = q.take().unwrap();
+            let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+            (m, s * 1000 + us / 1000)
+        })
+        .collect()
+}

@@ -34,7 +34,7 @@ pub(super) fn validate_schedule_name(name: &str) -> Result<(), Error> {
 }
 
 /// The keys of `schedule_set.lua` and `schedule_remove.lua`, in their order.
-fn set_keys(keys: &Keys) -> [&str; 7] {
+fn set_keys(keys: &Keys) -> [&str; 10] {
     [
         &keys.schedules,
         &keys.schedules_payload,
@@ -43,6 +43,9 @@ fn set_keys(keys: &Keys) -> [&str; 7] {
         &keys.schedules_changes,
         &keys.head,
         &keys.wake,
+        &keys.schedules_ahead,
+        &keys.delayed,
+        &keys.msg,
     ]
 }
 
@@ -70,9 +73,11 @@ impl<T: Codec> Queue<T> {
     /// occurrence due and not yet offered (the fleet was down, or the call
     /// raced the firing), the new definition takes over from just before
     /// it, so what was owed is owed under the new definition (by its
-    /// catch-up policy) rather than dropped. The first occurrence of a new
-    /// schedule is the first one after the call. Occurrences are offered
-    /// exactly once (see the [module
+    /// catch-up policy) rather than dropped; the occurrences the old one
+    /// offered ahead (within the lead, before they fell due) are taken back
+    /// in the same step, so none of them is delivered. The first occurrence
+    /// of a new schedule is the first one after the call. Occurrences are
+    /// offered exactly once (see the [module
     /// documentation](crate::queue#recurring-schedules)).
     ///
     /// Fails with [`ErrorKind::InvalidName`] for a name that is empty, over
@@ -152,7 +157,8 @@ impl<T: Codec> Queue<T> {
     }
 
     /// Deletes schedule `name`: no occurrence fires after this returns
-    /// (occurrences already offered stay in the queue, as messages). True
+    /// (occurrences already due stay in the queue, as messages; those
+    /// offered ahead and not yet due are taken back, in the same step). True
     /// if it existed.
     ///
     /// Fails with [`ErrorKind::InvalidName`] for a bad name, and as
@@ -179,7 +185,9 @@ impl<T: Codec> Queue<T> {
 
     /// Pauses schedule `name`: no occurrence fires until
     /// [`resume_schedule`](Queue::resume_schedule), and none of those that
-    /// fall meanwhile is owed afterwards. True if the schedule exists (now
+    /// fall meanwhile is owed afterwards; those offered ahead and not yet
+    /// due are taken back, in the same step (and its last fired occurrence
+    /// is what it was before them). True if the schedule exists (now
     /// paused, whether or not it was before); false if there is none of
     /// that name. Errors as [`unschedule`](Queue::unschedule).
     pub fn pause_schedule(&self, name: &str) -> Result<bool, Error> {
@@ -266,6 +274,9 @@ impl<T: Codec> Queue<T> {
                     .key(&keys.schedules_changes)
                     .key(&keys.head)
                     .key(&keys.wake)
+                    .key(&keys.schedules_ahead)
+                    .key(&keys.delayed)
+                    .key(&keys.msg)
                     .arg(name)
                     .arg(mode)
                     .arg(rev)
