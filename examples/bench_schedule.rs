@@ -3,14 +3,15 @@
 //!
 //! ```text
 //! cargo run --release --example bench_schedule -- [s1,s2,s2spread,idle]
-//!     [--reps 1] [--s1-secs 60] [--s2-n 10000] [--idle-queues 10000] [--idle-secs 30]
+//!     [--reps 1] [--s1-secs 60] [--s1-workers 50] [--s1-claimers N]
+//!     [--s2-n 10000] [--idle-queues 10000] [--idle-secs 30]
 //! ```
 //!
 //! Each run gets a private `redis-server --save '' --appendonly no` on a
 //! free loopback port (or the Redis at `REDIS_URL`, flushed first).
 //!
-//! * S1: a consumer pool (`consume`, 50 workers, as BullMQ's harness runs
-//!   its Worker) runs first; then 1,000 schedules `every(1 s)` are declared
+//! * S1: a consumer pool (`consume`, 50 workers by default, as BullMQ's
+//!   harness runs its Worker; `--s1-workers`, `--s1-claimers` change it) runs first; then 1,000 schedules `every(1 s)` are declared
 //!   on one queue, one call each, and run for `--s1-secs` (60) from the
 //!   first call, plus 2 s for the last ones to arrive. Lateness: handler
 //!   entry (this machine's clock, the server's too on loopback) − the
@@ -105,7 +106,7 @@ impl Window {
     }
 }
 
-fn s1(rep: usize, secs: u64) -> Res<()> {
+fn s1(rep: usize, secs: u64, workers: usize, claimers: Option<usize>) -> Res<()> {
     let (url, _server) = fresh("bench-s1")?;
     let rw = Redwheel::connect(&url)?;
     let q = rw.queue::<String>("bench-s1")?;
@@ -115,7 +116,11 @@ fn s1(rep: usize, secs: u64) -> Res<()> {
     let late: Arc<Mutex<Vec<f64>>> = Arc::default();
     let consumer = {
         let (seen, late) = (Arc::clone(&seen), Arc::clone(&late));
-        q.consume(ConsumerOptions::default().concurrency(50), move |d| {
+        let mut opts = ConsumerOptions::default().concurrency(workers);
+        if let Some(c) = claimers {
+            opts = opts.claimers(c);
+        }
+        q.consume(opts, move |d| {
             let entry = SystemTime::now();
             let (name, at) = parse_occurrence_id(d.id().as_str()).ok_or("not an occurrence")?;
             let at_ms = epoch_ms(at);
@@ -169,7 +174,8 @@ fn s1(rep: usize, secs: u64) -> Res<()> {
     late.sort_by(f64::total_cmp);
     let runs = seen.values().map(|&k| u64::from(k)).sum::<u64>();
     println!(
-        r#"{{"test":"s1","rep":{rep},"schedules":{n},"secs":{secs},"upsert_s":{upsert_s:.2},"runs":{runs},"expected":{expected},"missed":{missed},"doubled":{doubled},"lateness_ms_p50":{:.2},"p90":{:.2},"p99":{:.2},"max":{:.2},"early":{},{load}}}"#,
+        r#"{{"test":"s1","rep":{rep},"schedules":{n},"secs":{secs},"upsert_s":{upsert_s:.2},"runs":{runs},"expected":{expected},"missed":{missed},"doubled":{doubled},"lateness_ms_min":{:.2},"p50":{:.2},"p90":{:.2},"p99":{:.2},"max":{:.2},"early":{},{load}}}"#,
+        late.first().copied().unwrap_or(0.0),
         percentile(&late, 0.5),
         percentile(&late, 0.9),
         percentile(&late, 0.99),
@@ -240,12 +246,15 @@ fn main() -> Res<()> {
     let mut tests: Vec<String> = vec!["s1".into(), "s2".into()];
     let (mut reps, mut s1_secs, mut s2_n, mut idle_queues, mut idle_secs) =
         (1, 60, 10_000, 10_000, 30);
+    let (mut s1_workers, mut s1_claimers) = (50, None);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || -> Res<u64> { Ok(it.next().ok_or("a value is missing")?.parse()?) };
         match arg.as_str() {
             "--reps" => reps = value()? as usize,
             "--s1-secs" => s1_secs = value()?,
+            "--s1-workers" => s1_workers = value()? as usize,
+            "--s1-claimers" => s1_claimers = Some(value()? as usize),
             "--s2-n" => s2_n = value()? as usize,
             "--idle-queues" => idle_queues = value()? as usize,
             "--idle-secs" => idle_secs = value()?,
@@ -255,7 +264,7 @@ fn main() -> Res<()> {
     for rep in 0..reps {
         for t in &tests {
             match t.as_str() {
-                "s1" => s1(rep, s1_secs)?,
+                "s1" => s1(rep, s1_secs, s1_workers, s1_claimers)?,
                 "s2" => s2(rep, s2_n, false, 30)?,
                 "s2spread" => s2(rep, s2_n, true, 30)?,
                 "idle" => idle(rep, idle_queues, idle_secs)?,
