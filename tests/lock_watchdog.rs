@@ -209,7 +209,21 @@ fn a_thousand_held_locks_are_renewed_in_one_round_per_period() {
         })
         .collect();
     assert_eq!(rw.lock_stats().watchdog_holds, 1_000);
-    let (rounds, renewals) = (rw.lock_stats().renewal_rounds, rw.lock_stats().renewals);
+    // A round sent while the locks were still being taken renews only
+    // those taken before it: count from the end of the next round on.
+    let wait_rounds = |n: u64| {
+        within(HANG, {
+            let rw = rw.clone();
+            move || {
+                while rw.lock_stats().renewal_rounds < n {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        })
+    };
+    wait_rounds(rw.lock_stats().renewal_rounds + 2);
+    let s0 = rw.lock_stats();
+    let (rounds, renewals) = (s0.renewal_rounds, s0.renewals);
     within(HANG, {
         let rw = rw.clone();
         move || {

@@ -189,7 +189,7 @@ impl LockRegistry {
             acquired: c.acquired.load(Ordering::Relaxed),
             waiting: c.waiting.load(Ordering::Relaxed),
             watchdog_holds,
-            renewal_rounds: c.renewal_rounds.load(Ordering::Relaxed),
+            renewal_rounds: c.renewal_rounds.load(Ordering::Acquire),
             renewals: c.renewals.load(Ordering::Relaxed),
             lost: c.lost.load(Ordering::Relaxed),
             max_renewal_gap: Duration::from_nanos(c.max_renewal_gap_ns.load(Ordering::Relaxed)),

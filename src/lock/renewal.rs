@@ -148,7 +148,6 @@ impl Job for RenewalJob {
             ));
         }
         let counters = &group.ctx.counters;
-        counters.renewal_rounds.fetch_add(1, Ordering::Relaxed);
         let mut renewed = 0u64;
         let mut failed = None;
         for (i, (hold, epoch)) in inflight.iter().enumerate() {
@@ -182,6 +181,9 @@ impl Job for RenewalJob {
             }
         }
         counters.renewals.fetch_add(renewed, Ordering::Relaxed);
+        // After the round's renewals (Release; `lock_stats` reads it with
+        // Acquire before them): a reader that sees the round sees them too.
+        counters.renewal_rounds.fetch_add(1, Ordering::Release);
         group.ctx.metrics.renewals.add(renewed);
         tracing::trace!(target: "redwheel::lock", lease_ms = group.lease.as_millis() as u64, renewed, "lock renewal round");
         self.retrying.store(failed.is_some(), Ordering::Release);
