@@ -24,6 +24,10 @@
 -- KEYS[16] redwheel:{N}:reason       HASH  id -> why it died
 -- KEYS[17] redwheel:{N}:wake         shard channel ('0' when an in-flight slot frees for a
 --                                    waiting claim)
+--          (A client that has not seen this queue's controls sends KEYS[1..10] only: a queue
+--          without the controls hash needs no more. If the hash is there, the script does
+--          nothing, acks included, and replies { -3, 0, deadline, 0, 0 }; the client sends
+--          the same request again with all 17.)
 -- ARGV[1]  visibility in ms (>= 1), counted from the server's TIME
 -- ARGV[2]  a token prefix, unique to this request (the client's)
 -- ARGV[3]  count: the most messages to claim (0..1000; 0 only acks)
@@ -33,8 +37,8 @@
 -- ARGV[7..] those pairs
 --
 -- Reply: { gate, expired, deadline, refused, acked, id, value, attempt, token, id, … }:
---   gate      0 (open), -1 (paused), -2 (every in-flight slot is taken: max_in_flight), or
---             > 0: µs until the rate limit lets the next delivery through (from this call's
+--   gate      0 (open), -1 (paused), -2 (every in-flight slot is taken: max_in_flight), -3
+--             (sent with 10 keys to a queue with controls: nothing done), or > 0: µs until the rate limit lets the next delivery through (from this call's
 --             TIME). Not 0 only when nothing was claimed.
 --   expired   messages this call found past their ttl and made dead letters
 --   deadline  the claims' visibility deadline (epoch ms, server clock)
@@ -120,12 +124,19 @@ if done then
   end
   return again
 end
+-- One call when the queue has neither stale entries nor controls (the common case).
+local present = redis.call('EXISTS', KEYS[7], KEYS[10])
+local has_controls = present > 0 and redis.call('EXISTS', KEYS[10]) == 1
+if has_controls and #KEYS < 17 then
+  return { -3, 0, deadline, 0, 0 }
+end
+local any_stale = present > (has_controls and 1 or 0)
 local refused = 0
 local acked = 0
 local n_acks = tonumber(ARGV[6])
 -- Priorities and waiting claims both live under the controls hash: without it (the common
 -- case) an ack has neither a priority entry to delete nor a waiter to wake.
-local controlled = n_acks > 0 and redis.call('EXISTS', KEYS[10]) == 1
+local controlled = n_acks > 0 and has_controls
 if n_acks == 1 then
   -- One ack (a pool of one worker per claimer): the calls of a bulk ack cost more than it.
   local id = ARGV[7]
@@ -186,13 +197,10 @@ end
 if count == 0 then
   return finish({ 0, 0, deadline, refused, acked })
 end
--- One call when the queue has neither stale entries nor controls (the common case).
 local c = NO_CONTROLS
-local any_stale = false
-if redis.call('EXISTS', KEYS[7], KEYS[10]) > 0 then
+if has_controls then
   c = redis.call('HMGET', KEYS[10], 'paused', 'rate_max', 'rate_per', 'max_in_flight',
     'priorities', 'ttls')
-  any_stale = redis.call('EXISTS', KEYS[7]) == 1
 end
 local g, budget = 0, nil
 if c ~= NO_CONTROLS then

@@ -15,6 +15,10 @@
 -- KEYS[11] redwheel:{N}:rate         ZSET  the rate window's deliveries (µs)
 -- KEYS[12] redwheel:{N}:dead         ZSET  id -> when it died
 -- KEYS[13] redwheel:{N}:reason       HASH  id -> why it died
+--          (A client that has not seen this queue's controls sends KEYS[1..7] only: a queue
+--          without the controls hash needs no more. If the hash is there, the script does
+--          nothing and replies { -3, 0 }, and the client sends the request again with all
+--          13: Redis builds seven key strings fewer per call in the common case.)
 -- ARGV[1]  the request number (grows within the slot)
 -- ARGV[2]  how long to keep the reply record, in ms
 -- ARGV[3]  a prefix unique to this call (its entry in the rate log)
@@ -22,7 +26,8 @@
 -- Reply: { gate, expired, id, "<due ms>:<payload>" } for the message taken, or
 --        { gate, expired } when none was: `ready` and `prioritized` were empty (another
 --        consumer won the race) or held only removed ids, or the controls say wait:
---   gate     0 (open), -1 (the queue is paused), or > 0: µs until the rate limit lets the
+--   gate     0 (open), -1 (the queue is paused), -3 (sent with 7 keys to a queue with
+--            controls: nothing done, send all 13), or > 0: µs until the rate limit lets the
 --            next delivery through (measured from this call's TIME)
 --   expired  messages this call found past their ttl and made dead letters
 --        The same request sent again (its reply was lost) gets the same message again,
@@ -55,9 +60,16 @@ end
 local c = NO_CONTROLS
 local any_stale = false
 if redis.call('EXISTS', KEYS[5], KEYS[7]) > 0 then
-  c = redis.call('HMGET', KEYS[7], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
+  if redis.call('EXISTS', KEYS[7]) == 1 then
+    if #KEYS < 13 then
+      -- Sent with the first 7 keys only (the client has not seen controls on this queue):
+      -- nothing done, and the client sends the same request again with all 13.
+      return { -3, 0 }
+    end
+    c = redis.call('HMGET', KEYS[7], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
+    controls_lib()
+  end
   any_stale = redis.call('EXISTS', KEYS[5]) == 1
-  controls_lib()
 end
 local now
 if c[1] == false and (c[2] or c[5]) then

@@ -212,6 +212,66 @@ fn a_paused_queue_lets_claims_in_flight_finish() {
     assert_eq!(q.take().unwrap().payload(), "b");
 }
 
+/// A process that has used a queue before it had controls sends the pop
+/// scripts the short key list of a queue without them; once another
+/// process pauses the queue, those scripts send it back for every key and
+/// the pause holds: for `poll`, `claim`, and a consumer pool's ack that
+/// carries its next claim (the ack is applied, the claim held back).
+#[test]
+fn controls_set_by_another_process_hold_for_one_that_saw_none_before() {
+    let server = RedisServer::start();
+    let (rw_a, rw_b) = (server.connect(), server.connect());
+    let qa = rw_a.queue::<String>("late-controls").unwrap();
+    let qb = rw_b.queue::<String>("late-controls").unwrap();
+    // A takes and claims while the queue has no controls.
+    qa.offer(&"a".into(), Duration::ZERO).unwrap();
+    assert_eq!(
+        within(HANG, {
+            let qa = qa.clone();
+            move || qa.take().unwrap()
+        })
+        .payload(),
+        "a"
+    );
+    qa.offer(&"b".into(), Duration::ZERO).unwrap();
+    let d = within(HANG, {
+        let qa = qa.clone();
+        move || qa.claim(Duration::from_secs(10)).unwrap().unwrap()
+    });
+    d.ack().unwrap();
+    // A consumer pool of A holds "x" in its handler until told to finish.
+    let (entered_tx, entered) = std::sync::mpsc::channel::<String>();
+    let (finish, finish_rx) = std::sync::mpsc::channel::<()>();
+    let finish_rx = std::sync::Mutex::new(finish_rx);
+    let consumer = qa
+        .consume(ConsumerOptions::default().concurrency(1), move |d| {
+            entered_tx.send(d.payload().clone()).unwrap();
+            if d.payload() == "x" {
+                finish_rx.lock().unwrap().recv().unwrap();
+            }
+            Ok::<(), String>(())
+        })
+        .unwrap();
+    qa.offer(&"x".into(), Duration::ZERO).unwrap();
+    assert_eq!(entered.recv_timeout(HANG).unwrap(), "x");
+
+    // B pauses the queue; A's calls see it.
+    qb.pause().unwrap();
+    qa.offer(&"c".into(), Duration::ZERO).unwrap();
+    assert!(qa.poll(Duration::from_millis(200)).unwrap().is_none());
+    assert!(qa.claim(Duration::from_millis(200)).unwrap().is_none());
+    // The pool's ack of "x" goes out with its next claim: acked, and "c"
+    // not claimed in the same call.
+    finish.send(()).unwrap();
+    wait_until(HANG, "the ack of x", || consumer.handled() == 1);
+    let stats = qb.stats().unwrap();
+    assert_eq!((stats.ready, stats.in_flight), (1, 0), "{stats:?}");
+    qb.resume().unwrap();
+    assert_eq!(entered.recv_timeout(HANG).unwrap(), "c");
+    wait_until(HANG, "the ack of c", || consumer.handled() == 2);
+    consumer.shutdown(Duration::from_secs(10)).unwrap();
+}
+
 // ------------------------------------------------------------ max_in_flight
 
 #[test]

@@ -177,7 +177,7 @@ impl<T: Codec> Queue<T> {
             Instant::now().checked_add(wait),
             ("claim", n),
             &scripts::CLAIM,
-            &key_list,
+            (&key_list, CLAIM_PLAIN_KEYS),
             &claim_args(&vis, &req, &count),
             5,
         )?;
@@ -210,7 +210,7 @@ impl<T: Codec> Queue<T> {
                     con.set_io_timeout(attempt)?;
                 }
                 let mut inv = scripts::CLAIM.prepare_invoke();
-                for k in keys {
+                for k in self.pop_keys(keys, CLAIM_PLAIN_KEYS) {
                     inv.key(*k);
                 }
                 for a in args {
@@ -223,6 +223,12 @@ impl<T: Codec> Queue<T> {
                 Ok(v)
             });
             let e = match r {
+                Ok(v) if self.needs_all_keys(super::pop::header_int_of(&v)) => {
+                    // The queue has controls: nothing was done; the same
+                    // request again, with every key.
+                    unresolved.resolved();
+                    continue;
+                }
                 Ok(v) => return Ok(v),
                 Err(e) if e.is_outcome_unknown() => {
                     unresolved.lost();
@@ -377,6 +383,11 @@ pub(super) fn claim_args<'a>(vis: &'a str, req: &'a Request, count: &'a str) -> 
         b"0",
     ]
 }
+
+/// How many of `claim.lua`'s keys a queue without controls needs (its
+/// first nine and the controls hash, whose presence sends the caller back
+/// for all of them).
+pub(super) const CLAIM_PLAIN_KEYS: usize = 10;
 
 /// `claim.lua`'s keys, in its order, with the request's reply record.
 pub(super) fn claim_keys<'a>(keys: &'a Keys, record: &'a str) -> [&'a str; 17] {

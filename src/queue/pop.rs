@@ -73,6 +73,34 @@ pub(crate) fn call_prefix() -> String {
     format!("{seed:x}.{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
+/// The gate `take.lua` and `claim.lua` answer when they were sent the
+/// short key list of a queue without controls and find the controls hash:
+/// they did nothing, and the same request goes again with every key.
+pub(crate) const NEEDS_ALL_KEYS: i64 = -3;
+
+impl<T: Codec> Queue<T> {
+    /// The keys to send a pop script: `all` once this process has seen the
+    /// queue's controls, else the first `plain` (what a queue without
+    /// controls needs: Redis then builds fewer key strings per call).
+    pub(crate) fn pop_keys<'k>(&self, all: &'k [&'k str], plain: usize) -> &'k [&'k str] {
+        if self.state.controls_seen.load(Ordering::Relaxed) {
+            all
+        } else {
+            &all[..plain.min(all.len())]
+        }
+    }
+
+    /// Reads a pop script's gate: true (and every later call sends all
+    /// keys) if it was [`NEEDS_ALL_KEYS`].
+    pub(crate) fn needs_all_keys(&self, gate: i64) -> bool {
+        if gate == NEEDS_ALL_KEYS {
+            self.state.controls_seen.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
 /// What one round of a pop script gave.
 enum Popped {
     /// A reply with something in it, for the caller to read.
@@ -82,6 +110,9 @@ enum Popped {
     /// The controls held it back: -1 paused, -2 no in-flight slot, or µs
     /// until the rate limit lets the next delivery through.
     Gated(i64),
+    /// It was sent the short key list and found the queue's controls: it
+    /// did nothing; send it again (the next round sends every key).
+    Resend,
 }
 
 impl<T: Codec> Queue<T> {
@@ -111,7 +142,7 @@ impl<T: Codec> Queue<T> {
         deadline: Option<Instant>,
         op: (&'static str, usize),
         script: &redis::Script,
-        keys: &[&str],
+        (keys, plain): (&[&str], usize),
         args: &[&[u8]],
         header: usize,
     ) -> Result<Option<redis::Value>, Error> {
@@ -122,6 +153,7 @@ impl<T: Codec> Queue<T> {
             op,
             script,
             keys,
+            plain,
             args,
             header,
         };
@@ -180,6 +212,10 @@ impl<T: Codec> Queue<T> {
                         return Ok(None);
                     }
                     backoff.reset();
+                }
+                Ok(Popped::Resend) => {
+                    rt.put_blocking(con);
+                    unresolved.resolved();
                 }
                 Ok(Popped::Gated(g)) => {
                     rt.put_blocking(con);
@@ -254,9 +290,11 @@ impl<T: Codec> Queue<T> {
             op,
             script,
             keys,
+            plain,
             args,
             header,
         } = *pop;
+        let keys = self.pop_keys(keys, plain);
         let _span = telemetry::queue_op(op.0, &self.state.name, op.1);
         let invoke = |con: &mut Conn| -> redis::RedisResult<redis::Value> {
             let mut inv = script.prepare_invoke();
@@ -276,6 +314,7 @@ impl<T: Codec> Queue<T> {
             match header_int(items, 0) {
                 0 if items.len() > header => Popped::Found(v),
                 0 => Popped::Nothing,
+                g if self.needs_all_keys(g) => Popped::Resend,
                 g => Popped::Gated(g),
             }
         };
@@ -342,6 +381,14 @@ impl<T: Codec> Queue<T> {
 }
 
 /// Element `i` of a pop script's reply header, as an integer (0 if absent).
+/// The first element of a pop script's reply (its gate), 0 if none.
+pub(crate) fn header_int_of(reply: &redis::Value) -> i64 {
+    match reply {
+        redis::Value::Array(items) => header_int(items, 0),
+        _ => 0,
+    }
+}
+
 fn header_int(items: &[redis::Value], i: usize) -> i64 {
     match items.get(i) {
         Some(redis::Value::Int(n)) => *n,
@@ -396,7 +443,10 @@ struct Pop<'a> {
     /// span (`take`, `claim`).
     op: (&'static str, usize),
     script: &'a redis::Script,
+    /// Every key of the script, of which the first `plain` do for a queue
+    /// without controls.
     keys: &'a [&'a str],
+    plain: usize,
     args: &'a [&'a [u8]],
     header: usize,
 }

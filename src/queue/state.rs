@@ -2,6 +2,7 @@
 //! and its transfer job.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use super::gate::Gate;
 use super::keys::Keys;
@@ -20,6 +21,13 @@ pub(crate) struct QueueState {
     pub metrics: QueueMetrics,
     /// Where its consumers wait while the controls hold them back.
     pub gate: Arc<Gate>,
+    /// Whether this process has seen the queue's controls hash: until it
+    /// has, `take.lua` and `claim.lua` are sent with the keys a queue
+    /// without controls needs (`TAKE_PLAIN_KEYS`, `CLAIM_PLAIN_KEYS`), and
+    /// a script that finds the controls sends the caller back for the
+    /// whole list ([`pop::NEEDS_ALL_KEYS`](super::pop::NEEDS_ALL_KEYS)),
+    /// which it uses from then on.
+    pub controls_seen: AtomicBool,
     /// The acks of `ack_async` waiting to go out together (feature
     /// `async`).
     #[cfg(feature = "async")]
@@ -46,6 +54,7 @@ impl QueueState {
             metrics: QueueMetrics::new(name),
             keys,
             gate,
+            controls_seen: AtomicBool::new(false),
             #[cfg(feature = "async")]
             acks: Default::default(),
         }

@@ -75,7 +75,7 @@ impl<T: Codec> Queue<T> {
             deadline,
             ("take", 1),
             &scripts::TAKE,
-            &take_keys(keys, &req.key),
+            (&take_keys(keys, &req.key), TAKE_PLAIN_KEYS),
             &[
                 req.seq_arg.as_bytes(),
                 req.ttl_arg.as_bytes(),
@@ -126,6 +126,11 @@ pub(super) enum Taken<T> {
     /// Its id, stored value and decode error (to be parked).
     Undecodable(String, Vec<u8>, crate::error::CodecError),
 }
+
+/// How many of `take.lua`'s keys a queue without controls needs (its
+/// first six and the controls hash, whose presence sends the caller back
+/// for all of them).
+pub(super) const TAKE_PLAIN_KEYS: usize = 7;
 
 /// `take.lua`'s keys, in its order, with the request's reply record.
 pub(super) fn take_keys<'a>(keys: &'a Keys, record: &'a str) -> [&'a str; 13] {
