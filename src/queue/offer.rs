@@ -312,7 +312,7 @@ impl<T: Codec> Queue<T> {
         let keys = &self.state.keys;
         let mut added = Vec::with_capacity(encoded.len());
         for chunk in encoded.chunks(BATCH_OFFER_MAX) {
-            let args = batch_args(mode, check_ids, chunk);
+            let args = batch_args(mode, check_ids, pieces(chunk));
             let mut inv = scripts::OFFER_BATCH.prepare_invoke();
             for k in offer_keys(keys) {
                 inv.key(k);
@@ -431,12 +431,21 @@ pub(super) fn offer_keys(keys: &Keys) -> [&str; 6] {
     ]
 }
 
+/// A batch chunk's messages as `batch_args` takes them.
+pub(super) fn pieces<'a>(
+    chunk: &'a [(String, u64, Cow<'_, [u8]>)],
+) -> impl ExactSizeIterator<Item = (&'a str, u64, &'a [u8])> {
+    chunk
+        .iter()
+        .map(|(id, ms, bytes)| (id.as_str(), *ms, &**bytes))
+}
+
 /// `offer_batch.lua`'s ARGV for one chunk: the mode, whether ids are
 /// checked, then (delay or time, id, payload) per message.
-pub(super) fn batch_args(
+pub(super) fn batch_args<'a>(
     mode: &str,
     check_ids: bool,
-    chunk: &[(String, u64, Cow<'_, [u8]>)],
+    chunk: impl ExactSizeIterator<Item = (&'a str, u64, &'a [u8])>,
 ) -> Vec<Vec<u8>> {
     let mut args = Vec::with_capacity(2 + 3 * chunk.len());
     args.push(mode.as_bytes().to_vec());

@@ -32,6 +32,10 @@ pub(crate) struct QueueState {
     /// `async`).
     #[cfg(feature = "async")]
     pub acks: super::asynk::AckBatcher,
+    /// The offers of `offer_async` waiting to go out together (feature
+    /// `async`).
+    #[cfg(feature = "async")]
+    pub offers: super::asynk::OfferBatcher,
 }
 
 impl QueueState {
@@ -57,6 +61,8 @@ impl QueueState {
             controls_seen: AtomicBool::new(false),
             #[cfg(feature = "async")]
             acks: Default::default(),
+            #[cfg(feature = "async")]
+            offers: Default::default(),
         }
     }
 }

@@ -13,8 +13,9 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use redis::Value;
+
+use super::coalesce::{Answer, Coalescer, copy_error};
 
 use crate::error::{Access, Error, ErrorKind};
 use crate::queue::claim::claim_keys;
@@ -22,7 +23,7 @@ use crate::queue::delivery::ack_keys;
 use crate::queue::pop::Unresolved;
 use crate::queue::request::Request;
 use crate::queue::state::QueueState;
-use crate::runtime::{Backoff, Cell, Command, Runtime, detach, first_reply};
+use crate::runtime::{Backoff, Cell, Command, Runtime, first_reply};
 use crate::scripts;
 
 /// Most acks one batch carries.
@@ -33,74 +34,39 @@ const MAX_BATCH: usize = 1_000;
 pub(crate) struct PendingAck {
     id: String,
     token: String,
-    answer: Arc<Answer>,
-}
-
-/// An ack's answer, and the cell that wakes its future.
-#[derive(Default)]
-pub(crate) struct Answer {
-    pub(crate) cell: Cell,
-    pub(crate) reply: Mutex<Option<Result<i64, Error>>>,
-}
-
-impl Answer {
-    fn set(&self, r: Result<i64, Error>) {
-        *self.reply.lock() = Some(r);
-        self.cell.fire();
-    }
+    answer: Arc<Answer<i64>>,
 }
 
 /// The acks of one queue waiting for the batch on the wire to come back.
-#[derive(Default)]
-pub(crate) struct AckBatcher {
-    state: Mutex<(Vec<PendingAck>, bool)>,
-}
+pub(crate) type AckBatcher = Coalescer<PendingAck>;
 
-impl AckBatcher {
-    /// Queues the ack of `id` under claim `token`; its answer comes in the
-    /// returned cell. Sends a batch at once if none is on the wire.
-    pub(crate) fn ack(
-        &self,
-        rt: &Arc<Runtime>,
-        state: &Arc<QueueState>,
-        visibility_ms: String,
-        id: &str,
-        token: &str,
-    ) -> Arc<Answer> {
-        let answer = Arc::new(Answer::default());
-        let batch = {
-            let mut st = self.state.lock();
-            st.0.push(PendingAck {
-                id: id.to_owned(),
-                token: token.to_owned(),
-                answer: Arc::clone(&answer),
-            });
-            if st.1 {
-                return answer;
-            }
-            st.1 = true;
-            take_batch(&mut st.0)
-        };
-        let (rt, state) = (Arc::clone(rt), Arc::clone(state));
-        detach(async move {
-            let mut batch = batch;
-            loop {
-                send_batch(&rt, &state, &visibility_ms, batch).await;
-                let mut st = state.acks.state.lock();
-                if st.0.is_empty() {
-                    st.1 = false;
-                    return;
-                }
-                batch = take_batch(&mut st.0);
-            }
-        });
-        answer
-    }
-}
-
-fn take_batch(pending: &mut Vec<PendingAck>) -> Vec<PendingAck> {
-    let n = pending.len().min(MAX_BATCH);
-    pending.drain(..n).collect()
+/// Queues the ack of `id` under claim `token`; its answer comes in the
+/// returned cell. Sends a batch at once if none is on the wire.
+pub(crate) fn ack(
+    rt: &Arc<Runtime>,
+    state: &Arc<QueueState>,
+    visibility_ms: String,
+    id: &str,
+    token: &str,
+) -> Arc<Answer<i64>> {
+    let answer = Arc::new(Answer::default());
+    let item = PendingAck {
+        id: id.to_owned(),
+        token: token.to_owned(),
+        answer: Arc::clone(&answer),
+    };
+    let rt = Arc::clone(rt);
+    state.acks.push(
+        state,
+        |s| &s.acks,
+        MAX_BATCH,
+        item,
+        move |state, batch| {
+            let (rt, visibility_ms) = (Arc::clone(&rt), visibility_ms.clone());
+            async move { send_batch(&rt, &state, &visibility_ms, batch).await }
+        },
+    );
+    answer
 }
 
 /// Sends one batch and answers each of its acks.
@@ -186,7 +152,7 @@ async fn send_batch(
         }
         Err(e) => {
             for a in batch {
-                a.answer.set(Err(Error::new(e.kind(), e.to_string())));
+                a.answer.set(Err(copy_error(&e)));
             }
         }
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::offer::reply_as;
-use crate::error::{Access, Error, ErrorKind};
+use crate::error::{Access, Error};
 use crate::queue::codec::Codec;
 use crate::queue::delivery::{Delivery, Nacked, count_nack, extend_keys, extend_ms, nack_keys};
 use crate::runtime::Command;
@@ -29,19 +29,16 @@ impl<T: Codec + Sync> Delivery<T> {
     pub async fn ack_async(&self) -> Result<(), Error> {
         let q = &self.queue;
         let _span = telemetry::queue_op_async("ack", &q.state.name, 1);
-        let answer = q.state.acks.ack(
+        let answer = super::acks::ack(
             q.rt(),
             &q.state,
             q.claim_visibility(),
             self.id.as_str(),
             &self.token,
         );
-        std::future::poll_fn(|cx| answer.cell.poll_fired(cx)).await;
         let n = answer
-            .reply
-            .lock()
-            .take()
-            .unwrap_or_else(|| Err(Error::new(ErrorKind::Protocol, "an ack gave no answer")))
+            .wait("an ack")
+            .await
             .map_err(|e| q.tag(e).for_message(self.id.as_str()))?;
         self.acked(n)
     }

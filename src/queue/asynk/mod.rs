@@ -25,6 +25,7 @@
 
 mod acks;
 mod claim;
+mod coalesce;
 mod delivery;
 mod offer;
 mod ops;
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 pub(crate) use self::acks::AckBatcher;
+pub(crate) use self::offer::OfferBatcher;
 use super::codec::Codec;
 use super::handle::Queue;
 use super::pop::Unresolved;

@@ -5,13 +5,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::coalesce::{Answer, Coalescer, copy_error};
 use crate::error::{Access, Error, ErrorKind};
 use crate::queue::codec::Codec;
 use crate::queue::handle::{Queue, check_id};
 use crate::queue::ids::{new_message_id, new_message_ids};
 use crate::queue::message::MessageId;
-use crate::queue::offer::{batch_args, offer_keys};
-use crate::runtime::{Command, first_reply};
+use crate::queue::offer::{batch_args, offer_keys, pieces};
+use crate::queue::state::QueueState;
+use crate::runtime::{Command, Runtime, first_reply};
 use crate::scripts::{self, BATCH_OFFER_MAX};
 use crate::telemetry;
 
@@ -22,6 +24,14 @@ impl<T: Codec> Queue<T> {
     /// The payload is encoded and checked when this is called (an
     /// oversized or unencodable payload, or a delay past the limit, fails
     /// at the first poll with nothing sent). Same errors as `offer`.
+    ///
+    /// Offers of one queue that come while an earlier one is on the wire go
+    /// out together, in one `offer_batch.lua` call (without
+    /// `QueueOptions::wait_replicas`): Redis spends a fraction of a call per
+    /// offer when many tasks offer at once, and each still gets its own
+    /// answer. A call that a queue's `max_len` refuses whole is sent again
+    /// offer by offer, so each is refused or written as if it had been sent
+    /// alone.
     ///
     /// **Cancellation**: dropped before its first poll, nothing is sent.
     /// Dropped after, the offer may or may not be written, as after
@@ -45,16 +55,20 @@ impl<T: Codec> Queue<T> {
         delay: Duration,
     ) -> impl Future<Output = Result<MessageId, Error>> + Send + 'static {
         let id = new_message_id();
-        let prepared = self.offer_command("r", delay, &id, payload);
+        let prepared = self.offer_parts(delay, payload);
         let q = self.clone();
         async move {
-            let added = q.send_offer(prepared?, &id).await?;
+            let (ms, bytes) = prepared?;
+            let added = q.offer_coalesced(ms, &id, bytes).await?;
             q.fresh_offered(added, id)
         }
     }
 
     /// [`offer_with_id`](Queue::offer_with_id) as a future: the idempotent
     /// offer, `true` if added, `false` if the id was known. Same errors.
+    ///
+    /// Sent together with other offers of the queue as
+    /// [`offer_async`](Queue::offer_async) is.
     ///
     /// **Cancellation**: as [`offer_async`](Queue::offer_async); offering
     /// the same id again after a drop writes it at most once.
@@ -66,31 +80,62 @@ impl<T: Codec> Queue<T> {
     ) -> impl Future<Output = Result<bool, Error>> + Send + 'static {
         let prepared = check_id(id)
             .map_err(|e| self.tag(e))
-            .and_then(|()| self.offer_command("r", delay, id.as_str(), payload));
+            .and_then(|()| self.offer_parts(delay, payload));
         let (q, id) = (self.clone(), id.as_str().to_owned());
-        async move { q.send_offer(prepared?, &id).await }
+        async move {
+            let (ms, bytes) = prepared?;
+            q.offer_coalesced(ms, &id, bytes).await
+        }
     }
 
-    /// `offer.lua`'s command (and the `WAIT` after it, with
-    /// `wait_replicas`).
-    fn offer_command(
-        &self,
-        mode: &str,
-        delay: Duration,
-        id: &str,
-        payload: &T,
-    ) -> Result<Command, Error> {
-        let bytes = self.encode(payload)?;
-        let ms = self.delay_ms(delay)?.to_string();
-        let command = Command::script(
-            &scripts::OFFER,
-            &offer_keys(&self.state.keys),
-            &[mode.as_bytes(), ms.as_bytes(), id.as_bytes(), &bytes],
+    /// An offer's delay in ms and its encoded payload, checked.
+    fn offer_parts(&self, delay: Duration, payload: &T) -> Result<(u64, Vec<u8>), Error> {
+        let bytes = self.encode(payload)?.into_owned();
+        Ok((self.delay_ms(delay)?, bytes))
+    }
+
+    /// Offers `bytes` under `id`, due `ms` from now: with the offers of
+    /// the queue that gather meanwhile (see `offer_async`), or alone, with
+    /// its `WAIT`, under `wait_replicas`. True if it was written, false if
+    /// its id was known.
+    async fn offer_coalesced(&self, ms: u64, id: &str, bytes: Vec<u8>) -> Result<bool, Error> {
+        if self.wait_replicas.is_some() {
+            let ms = ms.to_string();
+            let command = Command::script(
+                &scripts::OFFER,
+                &offer_keys(&self.state.keys),
+                &[b"r", ms.as_bytes(), id.as_bytes(), &bytes],
+            );
+            let command = match self.wait_cmd() {
+                Some(wait) => command.then(&wait),
+                None => command,
+            };
+            return self.send_offer(command, id).await;
+        }
+        let _span = telemetry::queue_op_async("offer", &self.state.name, 1);
+        let answer = Arc::new(Answer::default());
+        let item = PendingOffer {
+            ms,
+            id: id.to_owned(),
+            bytes,
+            answer: Arc::clone(&answer),
+        };
+        let rt = Arc::clone(self.rt());
+        self.state.offers.push(
+            &self.state,
+            |s| &s.offers,
+            BATCH_OFFER_MAX,
+            item,
+            move |state, batch| {
+                let rt = Arc::clone(&rt);
+                async move { send_offers(&rt, &state, batch).await }
+            },
         );
-        Ok(match self.wait_cmd() {
-            Some(wait) => command.then(&wait),
-            None => command,
-        })
+        let added = answer
+            .wait("an offer")
+            .await
+            .map_err(|e| self.tag(e).for_message(id))?;
+        self.offered(if added { 0 } else { -1 }, None, id)
     }
 
     async fn send_offer(&self, command: Command, id: &str) -> Result<bool, Error> {
@@ -163,7 +208,7 @@ impl<T: Codec> Queue<T> {
         let commands = encoded
             .chunks(BATCH_OFFER_MAX)
             .map(|chunk| {
-                let args = batch_args("r", false, chunk);
+                let args = batch_args("r", false, pieces(chunk));
                 let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
                 let command = Command::script(&scripts::OFFER_BATCH, &keys, &args);
                 let command = match self.wait_cmd() {
@@ -175,6 +220,84 @@ impl<T: Codec> Queue<T> {
             })
             .collect();
         Ok((encoded.into_iter().map(|(id, _, _)| id).collect(), commands))
+    }
+}
+
+/// One offer of `offer_async` or `offer_with_id_async` waiting for its
+/// call: its delay (ms), id and encoded payload, and where its answer goes
+/// (true: written, false: its id was known).
+pub(crate) struct PendingOffer {
+    ms: u64,
+    id: String,
+    bytes: Vec<u8>,
+    answer: Arc<Answer<bool>>,
+}
+
+/// The offers of one queue waiting for the call on the wire to come back.
+pub(crate) type OfferBatcher = Coalescer<PendingOffer>;
+
+/// Sends a batch of offers and answers each: one `offer.lua` call for one
+/// offer, one `offer_batch.lua` call (ids checked, a flag per offer) for
+/// several; a batch that `max_len` refuses whole (it wrote nothing) goes
+/// again offer by offer, so that each gets the answer it would have had
+/// alone.
+async fn send_offers(rt: &Arc<Runtime>, state: &QueueState, batch: Vec<PendingOffer>) {
+    let keys = offer_keys(&state.keys);
+    let call = |command: Command| async move {
+        rt.call(&state.keys.delayed, Access::Write, command, None)
+            .await
+            .and_then(|v| first_reply(v, Access::Write))
+    };
+    if batch.len() > 1 {
+        let args = batch_args(
+            "r",
+            true,
+            batch
+                .iter()
+                .map(|p| (p.id.as_str(), p.ms, p.bytes.as_slice())),
+        );
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        match call(Command::script(&scripts::OFFER_BATCH, &keys, &args)).await {
+            Ok(v) => {
+                match redis::from_redis_value::<Vec<i64>>(v) {
+                    Ok(flags) if flags.len() == batch.len() => {
+                        for (p, f) in batch.iter().zip(flags) {
+                            p.answer.set(Ok(f == 1));
+                        }
+                    }
+                    _ => {
+                        for p in &batch {
+                            p.answer.set(Err(Error::new(
+                                ErrorKind::Protocol,
+                                "unexpected reply to offer_batch.lua",
+                            )));
+                        }
+                    }
+                }
+                return;
+            }
+            Err(e) if e.kind() == ErrorKind::QueueFull => {}
+            Err(e) => {
+                for p in &batch {
+                    p.answer.set(Err(copy_error(&e)));
+                }
+                return;
+            }
+        }
+    }
+    for p in batch {
+        let ms = p.ms.to_string();
+        let command = Command::script(
+            &scripts::OFFER,
+            &keys,
+            &[b"r", ms.as_bytes(), p.id.as_bytes(), &p.bytes],
+        );
+        let r = call(command).await.and_then(|v| {
+            redis::from_redis_value::<i64>(v).map_err(|e| {
+                Error::new(ErrorKind::Protocol, "unexpected reply to offer.lua").with_cause(e)
+            })
+        });
+        p.answer.set(r.map(|due| due >= 0));
     }
 }
 
