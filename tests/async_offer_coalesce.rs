@@ -2,8 +2,9 @@
 //! offers of a queue that come while one is on the wire together, in one
 //! `offer_batch.lua` call, against a real redis-server behind the fault
 //! proxy (which holds the first offer's reply back, so the others gather
-//! behind it): each still gets its own answer, and a call that `max_len`
-//! refuses whole is sent again offer by offer.
+//! behind it): each still gets its own answer, a call that `max_len`
+//! refuses whole is sent again offer by offer, and a call whose reply is
+//! lost answers `OutcomeUnknown` to each and is never sent again.
 
 mod faults_common;
 mod support;
@@ -113,4 +114,43 @@ fn a_call_that_max_len_refuses_whole_is_sent_again_offer_by_offer() {
         .count();
     assert_eq!((written, full), (1, 4), "{results:?}");
     assert_eq!(q.len().unwrap(), 3);
+}
+
+#[test]
+fn a_gathered_call_whose_reply_is_lost_answers_outcome_unknown_to_each_and_is_not_sent_again() {
+    let env = Env::start();
+    let q: Queue<String> = env.rw.queue("lost").unwrap();
+    smol::block_on(q.offer_async(&"warm".to_string(), LATER)).unwrap();
+    smol::block_on(q.offer_batch_async(&[("warm too".to_string(), LATER)])).unwrap();
+    // The gathered call runs on the server; its reply is lost with the
+    // connection.
+    let lost = env.proxy.inject(
+        Rule::new(Fault::LoseReply)
+            .matching(sha(scripts::OFFER_BATCH))
+            .times(1),
+    );
+    let first = hold_next_offer(&env, &q);
+    let results: Vec<_> = smol::block_on(async {
+        let tasks: Vec<_> = (0..10)
+            .map(|i| smol::spawn(q.offer_async(&format!("m{i}"), LATER)))
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await);
+        }
+        out
+    });
+    first.join().unwrap();
+    assert_eq!(
+        lost.fired(),
+        1,
+        "the gathered call ran and its reply was lost"
+    );
+    for r in &results {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OutcomeUnknown, "{e}");
+    }
+    assert_eq!(lost.matched(), 1, "never sent again");
+    // It ran whole: all ten are written, once.
+    assert_eq!(q.len().unwrap(), 2 + 1 + 10);
 }
