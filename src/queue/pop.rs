@@ -380,7 +380,6 @@ impl<T: Codec> Queue<T> {
     }
 }
 
-/// Element `i` of a pop script's reply header, as an integer (0 if absent).
 /// The first element of a pop script's reply (its gate), 0 if none.
 pub(crate) fn header_int_of(reply: &redis::Value) -> i64 {
     match reply {
@@ -389,6 +388,7 @@ pub(crate) fn header_int_of(reply: &redis::Value) -> i64 {
     }
 }
 
+/// Element `i` of a pop script's reply header, as an integer (0 if absent).
 fn header_int(items: &[redis::Value], i: usize) -> i64 {
     match items.get(i) {
         Some(redis::Value::Int(n)) => *n,
