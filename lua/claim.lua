@@ -38,8 +38,9 @@
 --
 -- Reply: { gate, expired, deadline, refused, acked, id, value, attempt, token, id, … }:
 --   gate      0 (open), -1 (paused), -2 (every in-flight slot is taken: max_in_flight), -3
---             (sent with 10 keys to a queue with controls: nothing done), or > 0: µs until the rate limit lets the next delivery through (from this call's
---             TIME). Not 0 only when nothing was claimed.
+--             (sent with 10 keys to a queue with controls: nothing done), or > 0: µs until
+--             the rate limit lets the next delivery through (from this call's TIME). Not 0
+--             only when nothing was claimed.
 --   expired   messages this call found past their ttl and made dead letters
 --   deadline  the claims' visibility deadline (epoch ms, server clock)
 --   refused   how many of the acks were refused (their claim was no longer current)

@@ -59,8 +59,11 @@ end
 -- One call when the queue has neither stale entries nor controls (the common case).
 local c = NO_CONTROLS
 local any_stale = false
-if redis.call('EXISTS', KEYS[5], KEYS[7]) > 0 then
-  if redis.call('EXISTS', KEYS[7]) == 1 then
+local present = redis.call('EXISTS', KEYS[5], KEYS[7])
+if present > 0 then
+  any_stale = redis.call('EXISTS', KEYS[5]) == 1
+  if present > (any_stale and 1 or 0) then
+    -- The controls hash is there.
     if #KEYS < 13 then
       -- Sent with the first 7 keys only (the client has not seen controls on this queue):
       -- nothing done, and the client sends the same request again with all 13.
@@ -69,7 +72,6 @@ if redis.call('EXISTS', KEYS[5], KEYS[7]) > 0 then
     c = redis.call('HMGET', KEYS[7], 'paused', 'rate_max', 'rate_per', 'priorities', 'ttls')
     controls_lib()
   end
-  any_stale = redis.call('EXISTS', KEYS[5]) == 1
 end
 local now
 if c[1] == false and (c[2] or c[5]) then
