@@ -35,13 +35,33 @@ fn hold_next_offer(env: &Env, q: &Queue<String>) -> std::thread::JoinHandle<()> 
     first
 }
 
+/// Loads `offer.lua` and `offer_batch.lua` (a NOSCRIPT round would be
+/// counted as a call) with one message each.
+fn warm_up(q: &Queue<String>) {
+    smol::block_on(q.offer_async(&"warm".to_string(), LATER)).unwrap();
+    smol::block_on(q.offer_batch_async(&[("warm too".to_string(), LATER)])).unwrap();
+}
+
+/// Offers `m0`..`m{n-1}` from a task each, all at once; their answers in
+/// order.
+fn offer_all(q: &Queue<String>, n: usize) -> Vec<Result<MessageId, redwheel::Error>> {
+    smol::block_on(async {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| smol::spawn(q.offer_async(&format!("m{i}"), LATER)))
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await);
+        }
+        out
+    })
+}
+
 #[test]
 fn offers_that_come_while_one_is_on_the_wire_go_out_in_one_call_each_with_its_own_answer() {
     let env = Env::start();
     let q: Queue<String> = env.rw.queue("gather").unwrap();
-    // Loads the scripts (a NOSCRIPT round would be counted as a call).
-    smol::block_on(q.offer_async(&"warm".to_string(), LATER)).unwrap();
-    smol::block_on(q.offer_batch_async(&[("warm too".to_string(), LATER)])).unwrap();
+    warm_up(&q);
     let batches = env
         .proxy
         .inject(Rule::new(Fault::Forward).matching(sha(scripts::OFFER_BATCH)));
@@ -89,23 +109,14 @@ fn a_call_that_max_len_refuses_whole_is_sent_again_offer_by_offer() {
     let env = Env::start();
     let q: Queue<String> = env
         .rw
-        .queue_with("bounded", QueueOptions::default().max_len(3))
+        .queue_with("bounded", QueueOptions::default().max_len(4))
         .unwrap();
-    smol::block_on(q.offer_async(&"warm".to_string(), LATER)).unwrap();
+    warm_up(&q);
     let first = hold_next_offer(&env, &q);
-    // Two messages wait (the first is written; its reply is held back):
+    // Three messages wait (the first is written; its reply is held back):
     // of five offers gathered behind it, the call of all five does not
     // fit, but one of them does.
-    let results: Vec<_> = smol::block_on(async {
-        let tasks: Vec<_> = (0..5)
-            .map(|i| smol::spawn(q.offer_async(&format!("m{i}"), LATER)))
-            .collect();
-        let mut out = Vec::new();
-        for t in tasks {
-            out.push(t.await);
-        }
-        out
-    });
+    let results = offer_all(&q, 5);
     first.join().unwrap();
     let written = results.iter().filter(|r| r.is_ok()).count();
     let full = results
@@ -113,15 +124,14 @@ fn a_call_that_max_len_refuses_whole_is_sent_again_offer_by_offer() {
         .filter(|r| matches!(r, Err(e) if e.kind() == ErrorKind::QueueFull))
         .count();
     assert_eq!((written, full), (1, 4), "{results:?}");
-    assert_eq!(q.len().unwrap(), 3);
+    assert_eq!(q.len().unwrap(), 4);
 }
 
 #[test]
 fn a_gathered_call_whose_reply_is_lost_answers_outcome_unknown_to_each_and_is_not_sent_again() {
     let env = Env::start();
     let q: Queue<String> = env.rw.queue("lost").unwrap();
-    smol::block_on(q.offer_async(&"warm".to_string(), LATER)).unwrap();
-    smol::block_on(q.offer_batch_async(&[("warm too".to_string(), LATER)])).unwrap();
+    warm_up(&q);
     // The gathered call runs on the server; its reply is lost with the
     // connection.
     let lost = env.proxy.inject(
@@ -130,16 +140,7 @@ fn a_gathered_call_whose_reply_is_lost_answers_outcome_unknown_to_each_and_is_no
             .times(1),
     );
     let first = hold_next_offer(&env, &q);
-    let results: Vec<_> = smol::block_on(async {
-        let tasks: Vec<_> = (0..10)
-            .map(|i| smol::spawn(q.offer_async(&format!("m{i}"), LATER)))
-            .collect();
-        let mut out = Vec::new();
-        for t in tasks {
-            out.push(t.await);
-        }
-        out
-    });
+    let results = offer_all(&q, 10);
     first.join().unwrap();
     assert_eq!(
         lost.fired(),
