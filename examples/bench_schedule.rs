@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example bench_schedule -- [s1,s2,s2spread,idle]
 //!     [--reps 1] [--s1-secs 60] [--s1-workers 50] [--s1-claimers N]
+//!     [--s1-ahead-ms MS]
 //!     [--s2-n 10000] [--idle-queues 10000] [--idle-secs 30]
 //! ```
 //!
@@ -30,7 +31,6 @@
 //!   table measures it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redwheel::schedule::{Schedule, parse_occurrence_id};
@@ -106,35 +106,37 @@ impl Window {
     }
 }
 
-fn s1(rep: usize, secs: u64, workers: usize, claimers: Option<usize>) -> Res<()> {
+fn s1(
+    rep: usize,
+    secs: u64,
+    workers: usize,
+    claimers: Option<usize>,
+    ahead: Option<u64>,
+) -> Res<()> {
     let (url, _server) = fresh("bench-s1")?;
     let rw = Redwheel::connect(&url)?;
     let q = rw.queue::<String>("bench-s1")?;
     let n = 1_000;
-    // (schedule, occurrence ms) -> deliveries; and each lateness in ms.
-    let seen: Arc<Mutex<HashMap<(String, u64), u32>>> = Arc::default();
-    let late: Arc<Mutex<Vec<f64>>> = Arc::default();
+    // Each handler entry: (schedule, occurrence ms, lateness ms), sent on a
+    // channel (no lock shared by the handlers, so the measurement does not
+    // hold them up), tallied after the run.
+    let (entries_tx, entries) = crossbeam_channel::unbounded::<(String, u64, f64)>();
     let consumer = {
-        let (seen, late) = (Arc::clone(&seen), Arc::clone(&late));
         let mut opts = ConsumerOptions::default().concurrency(workers);
         if let Some(c) = claimers {
             opts = opts.claimers(c);
         }
+        if let Some(ms) = ahead {
+            opts = opts.claim_ahead(Duration::from_millis(ms));
+        }
         q.consume(opts, move |d| {
             let entry = SystemTime::now();
             let (name, at) = parse_occurrence_id(d.id().as_str()).ok_or("not an occurrence")?;
-            let at_ms = epoch_ms(at);
-            late.lock()
-                .unwrap()
-                .push(entry.duration_since(at).map_or_else(
-                    |e| -(e.duration().as_secs_f64() * 1e3),
-                    |d| d.as_secs_f64() * 1e3,
-                ));
-            *seen
-                .lock()
-                .unwrap()
-                .entry((name.to_owned(), at_ms))
-                .or_default() += 1;
+            let late = entry.duration_since(at).map_or_else(
+                |e| -(e.duration().as_secs_f64() * 1e3),
+                |d| d.as_secs_f64() * 1e3,
+            );
+            let _ = entries_tx.send((name.to_owned(), epoch_ms(at), late));
             Ok::<(), &'static str>(())
         })?
     };
@@ -155,7 +157,13 @@ fn s1(rep: usize, secs: u64, workers: usize, claimers: Option<usize>) -> Res<()>
     let load = window.close(&rw)?;
     std::thread::sleep(Duration::from_secs(2));
     consumer.shutdown(Duration::from_secs(10))?;
-    let seen = seen.lock().unwrap();
+    // (schedule, occurrence ms) -> deliveries; and each lateness in ms.
+    let mut seen: HashMap<(String, u64), u32> = HashMap::new();
+    let mut late: Vec<f64> = Vec::new();
+    for (name, at_ms, l) in entries.try_iter() {
+        *seen.entry((name, at_ms)).or_default() += 1;
+        late.push(l);
+    }
     let (mut expected, mut missed, mut doubled) = (0u64, 0u64, 0u64);
     for (i, after) in declared.iter().enumerate() {
         let name = format!("s{i}");
@@ -170,7 +178,6 @@ fn s1(rep: usize, secs: u64, workers: usize, claimers: Option<usize>) -> Res<()>
             t += 1_000;
         }
     }
-    let mut late: Vec<f64> = late.lock().unwrap().clone();
     late.sort_by(f64::total_cmp);
     let runs = seen.values().map(|&k| u64::from(k)).sum::<u64>();
     println!(
@@ -246,7 +253,7 @@ fn main() -> Res<()> {
     let mut tests: Vec<String> = vec!["s1".into(), "s2".into()];
     let (mut reps, mut s1_secs, mut s2_n, mut idle_queues, mut idle_secs) =
         (1, 60, 10_000, 10_000, 30);
-    let (mut s1_workers, mut s1_claimers) = (50, None);
+    let (mut s1_workers, mut s1_claimers, mut s1_ahead) = (50, None, None);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || -> Res<u64> { Ok(it.next().ok_or("a value is missing")?.parse()?) };
@@ -255,6 +262,7 @@ fn main() -> Res<()> {
             "--s1-secs" => s1_secs = value()?,
             "--s1-workers" => s1_workers = value()? as usize,
             "--s1-claimers" => s1_claimers = Some(value()? as usize),
+            "--s1-ahead-ms" => s1_ahead = Some(value()?),
             "--s2-n" => s2_n = value()? as usize,
             "--idle-queues" => idle_queues = value()? as usize,
             "--idle-secs" => idle_secs = value()?,
@@ -264,7 +272,7 @@ fn main() -> Res<()> {
     for rep in 0..reps {
         for t in &tests {
             match t.as_str() {
-                "s1" => s1(rep, s1_secs, s1_workers, s1_claimers)?,
+                "s1" => s1(rep, s1_secs, s1_workers, s1_claimers, s1_ahead)?,
                 "s2" => s2(rep, s2_n, false, 30)?,
                 "s2spread" => s2(rep, s2_n, true, 30)?,
                 "idle" => idle(rep, idle_queues, idle_secs)?,

@@ -93,6 +93,17 @@ pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// `lua/claim_ahead.lua`: claims delayed messages shortly before they fall
+/// due, or gives such claims back (after `lua/head.lua` and
+/// `lua/ready_pop.lua`, for its reply records).
+pub(crate) static CLAIM_AHEAD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/ready_pop.lua"),
+        include_str!("../lua/claim_ahead.lua")
+    ))
+});
+
 /// `lua/ack.lua`: deletes a claimed message (after `lua/lifecycle.lua`).
 pub(crate) static ACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -231,6 +242,7 @@ fn by_name(name: &str) -> Option<&'static Script> {
         "take" => &TAKE,
         "park" => &PARK,
         "claim" => &CLAIM,
+        "claim_ahead" => &CLAIM_AHEAD,
         "ack" => &ACK,
         "nack" => &NACK,
         "extend" => &EXTEND,

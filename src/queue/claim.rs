@@ -314,25 +314,7 @@ impl<T: Codec> Queue<T> {
             let attempt: u32 =
                 redis::from_redis_value(attempt).map_err(|_| protocol("an attempt"))?;
             let token: String = redis::from_redis_value(token).map_err(|_| protocol("a token"))?;
-            match parse_stored::<T>(&stored) {
-                Ok((due_ms, payload)) => out.push(Ok(Delivery {
-                    queue: self.clone(),
-                    id: MessageId(id),
-                    payload,
-                    due_ms,
-                    attempt,
-                    token,
-                    visible_until_ms: AtomicU64::new(deadline),
-                    #[cfg(feature = "async")]
-                    held: None,
-                })),
-                Err(cause) => out.push(Err(Undecodable {
-                    id,
-                    stored,
-                    token,
-                    cause,
-                })),
-            }
+            out.push(self.claimed(id, stored, attempt, token, deadline));
         }
         let rt = self.rt();
         self.state.metrics.delivered(
@@ -352,6 +334,40 @@ impl<T: Codec> Queue<T> {
             refused,
             acked,
         })
+    }
+}
+
+impl<T: Codec> Queue<T> {
+    /// A claimed message as a delivery visible until `deadline` (epoch
+    /// ms), or, if its stored value does not decode, what parking it
+    /// needs.
+    pub(super) fn claimed(
+        &self,
+        id: String,
+        stored: Vec<u8>,
+        attempt: u32,
+        token: String,
+        deadline: u64,
+    ) -> Result<Delivery<T>, Undecodable> {
+        match parse_stored::<T>(&stored) {
+            Ok((due_ms, payload)) => Ok(Delivery {
+                queue: self.clone(),
+                id: MessageId(id),
+                payload,
+                due_ms,
+                attempt,
+                token,
+                visible_until_ms: AtomicU64::new(deadline),
+                #[cfg(feature = "async")]
+                held: None,
+            }),
+            Err(cause) => Err(Undecodable {
+                id,
+                stored,
+                token,
+                cause,
+            }),
+        }
     }
 }
 

@@ -155,6 +155,7 @@ fn open_transfer(rt: &Arc<Runtime>, state: &Arc<QueueState>, options: &QueueOpti
     let on_message = {
         let (weak, key) = (weak.clone(), key.clone());
         let gate = Arc::clone(&state.gate);
+        let ahead = Arc::clone(&state.ahead);
         move |payload: &[u8]| {
             // A resume, a changed limit or a freed in-flight slot: consumers
             // held back by the controls look again.
@@ -168,13 +169,16 @@ fn open_transfer(rt: &Arc<Runtime>, state: &Arc<QueueState>, options: &QueueOpti
                 None => Deadline::Now,
             };
             rt.driver.announce(&key, at);
+            ahead.announce(&rt.driver, at);
         }
     };
     let on_subscribed = {
         let (weak, key) = (weak, key);
+        let ahead = Arc::clone(&state.ahead);
         move || {
             if let Some(rt) = weak.upgrade() {
                 rt.driver.announce(&key, Deadline::Now);
+                ahead.announce(&rt.driver, Deadline::Now);
             }
         }
     };
@@ -182,6 +186,7 @@ fn open_transfer(rt: &Arc<Runtime>, state: &Arc<QueueState>, options: &QueueOpti
         &state.name,
         &state.keys,
         Arc::clone(&state.transfer),
+        Arc::clone(&state.ahead),
         Arc::downgrade(rt),
     );
     rt.driver.register(

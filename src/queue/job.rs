@@ -35,12 +35,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redis::Value;
 
+use super::consumer::ahead::AheadKeys;
 use super::keys::Keys;
 use super::schedules::mirror::{AHEAD_MS, Group, LEAD_MS, Mirror};
 use super::schedules::stored::{FireReply, parse_fire, parse_head, parse_queue_head, parse_read};
 use super::transfer::TransferJob;
 use crate::error::{Error, ErrorKind};
-use crate::runtime::{Commands, Job, Next, Runtime, slot};
+use crate::runtime::{Commands, Deadline, Job, Next, Runtime, slot};
 use crate::scripts::{self, FIRE_GROUPS_MAX};
 use crate::telemetry::ScheduleMetrics;
 
@@ -82,6 +83,10 @@ pub(crate) struct QueueJob {
 struct Full {
     name: String,
     transfer: Arc<TransferJob>,
+    /// This process's pools claiming ahead from the queue: told of the due
+    /// time the transfer reports (occurrences fired ahead are not
+    /// announced on `wake`).
+    ahead: Arc<AheadKeys>,
     keys: Keys,
     /// `HGET head schedules`, packed once.
     head: Box<[u8]>,
@@ -109,6 +114,7 @@ impl QueueJob {
         name: &str,
         keys: &Keys,
         transfer: Arc<TransferJob>,
+        ahead: Arc<AheadKeys>,
         rt: Weak<Runtime>,
     ) -> QueueJob {
         let probe = redis::cmd("HMGET")
@@ -133,6 +139,7 @@ impl QueueJob {
             full: Box::new(Full {
                 name: name.to_owned(),
                 transfer,
+                ahead,
                 keys: keys.clone(),
                 head,
                 state: Mutex::new(State::default()),
@@ -427,6 +434,13 @@ impl Job for QueueJob {
         for pair in replies.chunks(2) {
             mine.push(&pair[0]);
             transfer = sooner(transfer, full.transfer.on_reply(&pair[1..])?);
+        }
+        if let Some(rt) = self.rt.upgrade() {
+            match transfer {
+                Next::After(wait) => full.ahead.announce(&rt.driver, Deadline::After(wait)),
+                Next::Again => full.ahead.announce(&rt.driver, Deadline::Now),
+                Next::Idle => {}
+            }
         }
         // A reply of the schedules' part that cannot be read must not hold
         // up the queue's transfer: read them again in a while.

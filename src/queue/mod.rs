@@ -58,6 +58,13 @@
 //!   on the ready list without popping), nor with a lost reply: the script
 //!   records what it handed out, and the take is sent again and answered
 //!   with that message (claims likewise: `claim`, `consume`).
+//! * **Claim ahead** ([`ConsumerOptions::claim_ahead`]): a consumer pool
+//!   may claim delayed messages up to a window before their due time
+//!   (at-least-once, the visibility counted from the due time) and start
+//!   each handler at its due time from its own wheel, never before; a
+//!   message so claimed is out of reach of `remove` and of a schedule's
+//!   pause for the rest of the window. Queues with controls are not
+//!   claimed ahead.
 //! * **Faults**: every write either did its work exactly once and says so,
 //!   or did not and says so, or returns [`ErrorKind::OutcomeUnknown`]; the
 //!   repository's README has the table of what each call does when its
@@ -129,7 +136,10 @@
 //!   how late an occurrence was written, relative to its time). An
 //!   occurrence fired late (no process was running, or its wheel was held
 //!   up past the lead) is offered due at once and moved to the ready list
-//!   in the same round trip.
+//!   in the same round trip. A pool with `claim_ahead` of 100 ms or more
+//!   claims an occurrence as soon as it is written and starts it at its
+//!   time, with no round trip left at all; such an occurrence is no longer
+//!   taken back by a pause, replacement or removal.
 //!
 //! [`ScheduleInfo`]: crate::schedule::ScheduleInfo
 //!

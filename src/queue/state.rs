@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use super::consumer::ahead::AheadKeys;
 use super::gate::Gate;
 use super::keys::Keys;
 use super::transfer::TransferJob;
@@ -28,6 +29,10 @@ pub(crate) struct QueueState {
     /// whole list ([`pop::NEEDS_ALL_KEYS`](super::pop::NEEDS_ALL_KEYS)),
     /// which it uses from then on.
     pub controls_seen: AtomicBool,
+    /// This process's consumer pools that claim ahead from the queue
+    /// (`ConsumerOptions::claim_ahead`): told of its due times a window
+    /// early.
+    pub ahead: Arc<AheadKeys>,
     /// The acks of `ack_async` waiting to go out together (feature
     /// `async`).
     #[cfg(feature = "async")]
@@ -59,6 +64,7 @@ impl QueueState {
             keys,
             gate,
             controls_seen: AtomicBool::new(false),
+            ahead: Arc::default(),
             #[cfg(feature = "async")]
             acks: Default::default(),
             #[cfg(feature = "async")]

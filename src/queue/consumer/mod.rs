@@ -24,6 +24,7 @@
 //! Files: `running.rs` (what the threads and the job share), `worker.rs`
 //! (the claimer and worker threads), `extend.rs` (the visibility job).
 
+pub(super) mod ahead;
 mod extend;
 pub(super) mod running;
 #[cfg(feature = "async")]
@@ -42,9 +43,10 @@ use parking_lot::Mutex;
 #[cfg(feature = "async")]
 pub use self::stream::Deliveries;
 
+use self::ahead::AheadJob;
 use self::extend::ExtendJob;
-use self::running::{Inner, Running};
-use self::worker::{Ack, Lane, RunHandler, dispatch, handle};
+use self::running::{Ack, Inner, RunHandler, Running};
+use self::worker::{Lane, dispatch, handle, work};
 use super::codec::Codec;
 use super::delivery::Delivery;
 use super::handle::Queue;
@@ -62,8 +64,13 @@ pub struct Consumer {
     done: Receiver<()>,
     release: Release,
     unregister: Box<dyn Fn() + Send + Sync>,
+    /// Stops claiming ahead, if the pool does: gives back what was not
+    /// started, sends the last acks.
+    stop_ahead: Option<StopAhead>,
     grace: Duration,
 }
+
+type StopAhead = Box<dyn FnOnce() + Send + Sync>;
 
 impl fmt::Debug for Consumer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -113,6 +120,9 @@ impl Consumer {
         }
         self.inner.abandon.store(true, Ordering::SeqCst);
         (self.unregister)();
+        if let Some(stop) = self.stop_ahead.take() {
+            stop();
+        }
         let still: Vec<Running> = self.inner.running.lock().values().cloned().collect();
         if !still.is_empty() {
             for r in &still {
@@ -200,13 +210,30 @@ impl<T: Codec> Queue<T> {
         let key = self.start_extension(&inner, &options);
         let (done_tx, done) = crossbeam_channel::unbounded();
         let handler = Arc::new(handler);
-        let run: RunHandler<T> = {
+        let run: RunHandler<Delivery<T>> = {
             let (q, shared, opts) = (self.clone(), Arc::clone(&inner), options.clone());
             Arc::new(move |worker: usize, d: &Delivery<T>| {
                 handle(&q, &shared, worker, &opts, &*handler, d)
             })
         };
         let claimers = options.claimer_count();
+        // Claiming ahead: a driver job claims, the wheel hands each message
+        // to the workers at its due time through a channel they all read.
+        let ahead = (!options.claim_ahead.is_zero()).then(|| {
+            let (tx, rx) = crossbeam_channel::unbounded::<()>();
+            let job = AheadJob::start(
+                self,
+                &inner,
+                (
+                    options.claim_ahead,
+                    options.claim_ahead_max,
+                    options.concurrency,
+                ),
+                tx,
+                CONSUMERS.fetch_add(1, Ordering::Relaxed),
+            );
+            (job, rx)
+        });
         let mut threads = Vec::with_capacity(options.concurrency + claimers);
         let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), Error> {
             let done = Done(done_tx.clone());
@@ -232,7 +259,7 @@ impl<T: Codec> Queue<T> {
         for c in 0..claimers {
             let size =
                 options.concurrency / claimers + usize::from(c < options.concurrency % claimers);
-            let lane = if size == 1 {
+            let lane = if size == 1 && ahead.is_none() {
                 Lane::Inline {
                     worker: next_worker,
                     run: Arc::clone(&run),
@@ -243,16 +270,13 @@ impl<T: Codec> Queue<T> {
                 for worker in next_worker..next_worker + size {
                     let (run, work_rx, result_tx) =
                         (Arc::clone(&run), work_rx.clone(), result_tx.clone());
+                    let ahead = ahead
+                        .as_ref()
+                        .map(|(job, rx)| (Arc::clone(job), rx.clone()));
                     started = started.and_then(|()| {
                         spawn(
                             format!("redwheel-consumer-{worker}"),
-                            Box::new(move || {
-                                while let Ok(d) = work_rx.recv() {
-                                    if result_tx.send(run(worker, &d)).is_err() {
-                                        return;
-                                    }
-                                }
-                            }),
+                            Box::new(move || work(worker, &run, &work_rx, &result_tx, ahead)),
                         )
                     });
                 }
@@ -271,10 +295,19 @@ impl<T: Codec> Queue<T> {
                 )
             });
         }
+        let stop_ahead: Option<StopAhead> = ahead.map(|(job, rx)| -> StopAhead {
+            Box::new(move || {
+                drop(rx);
+                job.stop();
+            })
+        });
         if let Err(e) = started {
             inner.stop.store(true, Ordering::SeqCst);
             inner.abandon.store(true, Ordering::SeqCst);
             rt.driver.unregister(&key);
+            if let Some(stop) = stop_ahead {
+                stop();
+            }
             return Err(e);
         }
         let release = {
@@ -298,6 +331,7 @@ impl<T: Codec> Queue<T> {
             done,
             release: Box::new(release),
             unregister: Box::new(unregister),
+            stop_ahead,
             grace: options.shutdown_grace,
         })
     }

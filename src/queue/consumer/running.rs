@@ -14,6 +14,13 @@ use crate::runtime::Backoff;
 #[cfg(feature = "async")]
 use crate::runtime::{Cell, Runtime};
 
+/// An ack to send: a message's id and its claim's token.
+pub(super) type Ack = (String, String);
+
+/// Runs the handler on a delivery `D` (a `Delivery<T>`) for a worker (by
+/// number); returns the ack to send, if any.
+pub(super) type RunHandler<D> = Arc<dyn Fn(usize, &D) -> Option<Ack> + Send + Sync>;
+
 /// What the workers and the extension job share.
 pub(super) struct Inner {
     pub(super) stop: AtomicBool,

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::running::{Inner, Running, retry_delay};
+use super::ahead::AheadJob;
+use super::running::{Ack, Inner, RunHandler, Running, retry_delay};
 use crate::error::ErrorKind;
 use crate::queue::codec::Codec;
 use crate::queue::delivery::Delivery;
@@ -28,17 +29,13 @@ fn panic_text(panic: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "a non-string panic payload".to_owned())
 }
 
-/// An ack to send: a message's id and its claim's token.
-pub(super) type Ack = (String, String);
-
-/// Runs the handler on a message for a worker (by number); returns the ack
-/// to send, if any.
-pub(super) type RunHandler<T> = Arc<dyn Fn(usize, &Delivery<T>) -> Option<Ack> + Send + Sync>;
-
 /// One claimer's share of the workers.
 pub(super) enum Lane<T: Codec> {
     /// A single worker: the claimer runs the handler itself.
-    Inline { worker: usize, run: RunHandler<T> },
+    Inline {
+        worker: usize,
+        run: RunHandler<Delivery<T>>,
+    },
     /// Worker threads fed through a channel, reporting their acks back.
     Pool {
         size: usize,
@@ -138,6 +135,51 @@ pub(super) fn dispatch<T: Codec>(
                     outstanding += 1;
                     if work_tx.send(d).is_err() {
                         return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A worker thread of a lane: runs what its claimer hands it, reporting
+/// each result back, and, in a pool that claims ahead, what the wheel hands
+/// out at its due time (whose results go to the claim-ahead job). Ends when
+/// its claimer has ended.
+pub(super) fn work<T: Codec>(
+    worker: usize,
+    run: &RunHandler<Delivery<T>>,
+    work_rx: &Receiver<Delivery<T>>,
+    result_tx: &Sender<Option<Ack>>,
+    ahead: Option<(Arc<AheadJob<T>>, Receiver<()>)>,
+) {
+    let Some((job, woken)) = ahead else {
+        while let Ok(d) = work_rx.recv() {
+            if result_tx.send(run(worker, &d)).is_err() {
+                return;
+            }
+        }
+        return;
+    };
+    loop {
+        crossbeam_channel::select! {
+            recv(work_rx) -> d => {
+                let Ok(d) = d else { return };
+                if result_tx.send(run(worker, &d)).is_err() {
+                    return;
+                }
+            }
+            recv(woken) -> w => {
+                if w.is_err() {
+                    return;
+                }
+                // Woken for due messages claimed ahead: handle them until
+                // none is left, or the pool stops (what is left then goes
+                // back to the queue).
+                while let Some(m) = job.next_due() {
+                    job.run(worker, m, run);
+                    if job.stopping() {
+                        break;
                     }
                 }
             }

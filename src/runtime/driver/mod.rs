@@ -251,6 +251,31 @@ impl Driver {
         }
     }
 
+    /// How long from now until the server's clock reads `ms` (epoch ms),
+    /// by the clock estimate, with the estimate's round trip added so the
+    /// wait is never short: `Some(Duration::ZERO)` when that time has
+    /// come, `None` before any estimate.
+    pub(crate) fn until_server_ms(&self, ms: i64) -> Option<Duration> {
+        let now = self.now();
+        let sample = self.shared.server_clock.sample()?;
+        let at = self.shared.server_clock.to_local(ms, now)?;
+        Some(at.saturating_add(sample.rtt).saturating_sub(now))
+    }
+
+    /// Runs `task` on the wheel's thread `delay` from now (at the end of
+    /// that tick, so it must be brief); `None` (and `task` dropped) if the
+    /// wheel has stopped.
+    pub(crate) fn after(
+        &self,
+        delay: Duration,
+        task: impl FnOnce() + Send + 'static,
+    ) -> Option<Timeout> {
+        self.shared
+            .timer
+            .new_timeout(delay, move |_: &Timeout| task())
+            .ok()
+    }
+
     /// Runs every registered job in the next round.
     #[cfg_attr(not(test), allow(dead_code))] // cluster topology changes
     pub(crate) fn run_all(&self) {
