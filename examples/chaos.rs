@@ -25,7 +25,8 @@
 //! the command timeout, Redis unreachable for a while, every connection
 //! reset); Redis killed with SIGKILL and restarted (one node, append-only
 //! file with `appendfsync always`); consumer processes killed with
-//! SIGKILL and started again; and with `--cluster`, a master failover
+//! SIGKILL and started again (half of them pools claiming up to 2 s ahead,
+//! so claims made ahead are lost with their process); and with `--cluster`, a master failover
 //! (the master of the queue's or the lock's slot killed, its replica
 //! promoted, the old master restarted as a replica; offers wait for one
 //! replica with `wait_replicas`).
@@ -34,7 +35,9 @@
 //! and it prints:
 //!
 //! * offered: ids whose offer returned `Ok` (after any retries);
-//! * acknowledged: offered ids whose ack returned `Ok`;
+//! * acknowledged: offered ids whose ack returned `Ok` (logged by the
+//!   consumers that claim by hand; every other consumer process is a
+//!   `consume` pool with `claim_ahead`, whose acks are its own);
 //! * lost (must be 0): offered ids no consumer ever handled and that are
 //!   no longer in Redis (not delayed, ready, in flight or dead);
 //! * delivered early (must be 0): handlings before the message's due
@@ -56,7 +59,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redwheel::{ErrorKind, MessageId, QueueOptions, Redwheel, RedwheelOptions};
+use redwheel::{ConsumerOptions, ErrorKind, MessageId, QueueOptions, Redwheel, RedwheelOptions};
 
 #[path = "support/fenced_store.rs"]
 mod fenced_store;
@@ -179,6 +182,9 @@ fn consumer(args: &[String]) -> Result<bool, BoxError> {
         .open(arg(args, "--log").ok_or("--log")?)?;
     let rw = connect_retrying(&urls, cluster)?;
     let q = rw.queue_with::<String>(QUEUE, queue_options(cluster))?;
+    if args.iter().any(|a| a == "--ahead") {
+        return consume_ahead(&q, log);
+    }
     loop {
         let batch = match q.claim_batch(8, Duration::from_millis(500)) {
             Ok(b) => b,
@@ -213,6 +219,28 @@ fn consumer(args: &[String]) -> Result<bool, BoxError> {
                 }
             }
         }
+    }
+}
+
+/// `--ahead`: a consumer pool that claims up to 2 s ahead
+/// (`ConsumerOptions::claim_ahead`) and logs `H <id> <ms>` as each handler
+/// starts; the pool acks by itself (no `A` lines). Runs until killed.
+fn consume_ahead(q: &redwheel::Queue<String>, log: File) -> Result<bool, BoxError> {
+    let log = Mutex::new(log);
+    let _pool = q.consume(
+        ConsumerOptions::default()
+            .concurrency(4)
+            .claim_ahead(Duration::from_secs(2)),
+        move |d| {
+            let line = format!("H {} {}\n", d.id(), now_ms());
+            log.lock()
+                .map_err(|_| "the log's lock was poisoned")?
+                .write_all(line.as_bytes())
+                .map_err(|_| "could not write the log")
+        },
+    )?;
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
     }
 }
 
@@ -488,10 +516,15 @@ struct Consumers {
 impl Consumers {
     fn spawn(&mut self) -> Result<Child, BoxError> {
         let log = self.dir.join(format!("consumer-{}.log", self.started));
+        // Every other consumer process is a pool claiming ahead.
+        let ahead = self.started % 2 == 1;
         self.started += 1;
         let mut cmd = Command::new(&self.exe);
         cmd.args(["--role", "consumer", "--urls", &self.urls, "--log"])
             .arg(&log);
+        if ahead {
+            cmd.arg("--ahead");
+        }
         if self.cluster {
             cmd.arg("--cluster");
         }

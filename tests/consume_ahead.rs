@@ -11,9 +11,10 @@ mod support;
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, unbounded};
+use redwheel::schedule::{Schedule, parse_occurrence_id};
 use redwheel::{Consumer, ConsumerOptions, ErrorKind, Queue, QueueOptions, Redwheel};
 use support::RedisServer;
 use support::proxy::{Fault, Proxy, Rule};
@@ -360,4 +361,74 @@ fn claim_ahead_options_out_of_range_are_refused() {
         let e = q.consume(opts, |_| Ok::<(), String>(())).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidOption);
     }
+}
+
+/// The occurrence ids of schedule `name` in `inflight` (claimed), with
+/// their occurrence ms.
+fn claimed_occurrences(server: &RedisServer, queue: &str, name: &str) -> Vec<u64> {
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(key(queue, "inflight"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    ids.iter()
+        .filter_map(|id| parse_occurrence_id(id))
+        .filter(|(n, _)| *n == name)
+        .map(|(_, at)| at.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64)
+        .collect()
+}
+
+#[test]
+fn an_occurrence_claimed_ahead_runs_once_though_its_schedule_is_paused_before_its_time() {
+    let server = RedisServer::start();
+    let rw = server.connect();
+    let name = "ahead-sched";
+    let q = rw.queue::<String>(name).unwrap();
+    let (consumer, entries) = recording(&q, &server.url(), Duration::from_millis(500));
+    let every = Schedule::every(Duration::from_secs(1));
+    // The pause must reach Redis within the ~90 ms between the claim ahead
+    // and the occurrence; a slow attempt is made again.
+    for _ in 0..20 {
+        q.schedule("tick", &every, &"t".to_owned()).unwrap();
+        let mut claimed = Vec::new();
+        wait_until("an occurrence claimed ahead", || {
+            claimed = claimed_occurrences(&server, name, "tick");
+            !claimed.is_empty()
+        });
+        let o = *claimed.iter().max().unwrap();
+        let before = server.time_ms();
+        assert!(q.pause_schedule("tick").unwrap());
+        if before >= o {
+            q.resume_schedule("tick").unwrap();
+            continue;
+        }
+        // Paused before its time, while claimed ahead: not taken back (it
+        // left `delayed`), so it counts as fired and runs, once.
+        let info = q.schedules().unwrap();
+        let tick = info.iter().find(|s| s.name == "tick").unwrap();
+        assert!(tick.paused);
+        assert_eq!(tick.last_fired, Some(UNIX_EPOCH + Duration::from_millis(o)));
+        let id = format!("sched:tick:{o}");
+        let got = loop {
+            let (got, attempt, at) = entries.recv_timeout(HANG).expect("the occurrence");
+            if got == id {
+                break (attempt, at);
+            }
+        };
+        assert_eq!(got.0, 1);
+        assert!(got.1 >= o, "ran at {}, due {o}", got.1);
+        wait_until("its ack", || server.int(&["HLEN", &key(name, "msg")]) == 0);
+        consumer.shutdown(Duration::from_secs(10)).unwrap();
+        assert!(
+            entries.try_iter().all(|(i, _, _)| i != id),
+            "the occurrence ran twice"
+        );
+        return;
+    }
+    panic!("no pause reached Redis before the occurrence it followed in 20 tries");
 }

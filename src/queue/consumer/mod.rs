@@ -21,8 +21,14 @@
 //!   result cannot ack it (by then it is a stale delivery: its claim is no
 //!   longer current).
 //!
-//! Files: `running.rs` (what the threads and the job share), `worker.rs`
-//! (the claimer and worker threads), `extend.rs` (the visibility job).
+//! * With `ConsumerOptions::claim_ahead`, a second driver job claims
+//!   delayed messages up to the window before their due time and the wheel
+//!   hands each to the workers at its due time (`ahead.rs`); the claimers
+//!   go on claiming what is ready as before.
+//!
+//! Files: `running.rs` (what the threads and the jobs share), `worker.rs`
+//! (the claimer and worker threads), `extend.rs` (the visibility job),
+//! `ahead.rs` (the claim-ahead job).
 
 pub(super) mod ahead;
 mod extend;
