@@ -432,3 +432,38 @@ fn an_occurrence_claimed_ahead_runs_once_though_its_schedule_is_paused_before_it
     }
     panic!("no pause reached Redis before the occurrence it followed in 20 tries");
 }
+
+#[test]
+fn shutdown_gives_back_what_a_claim_ahead_whose_reply_never_came_claimed() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let rw = Redwheel::connect(&proxy.url()).unwrap();
+    let name = "ahead-shutdown-lost";
+    let q = rw.queue::<String>(name).unwrap();
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let sha = redwheel::test_support::load_script(&mut con, "claim_ahead").unwrap();
+    // The claim runs; its reply is thrown away and the connection kept
+    // open, so the pool never learns what it claimed.
+    let lost = proxy.inject(
+        Rule::new(Fault::LoseReply)
+            .matching(sha.as_bytes())
+            .times(1)
+            .hold(),
+    );
+    for i in 0..5 {
+        q.offer(&format!("m{i}"), Duration::from_secs(40)).unwrap();
+    }
+    let due = delayed(&server, name);
+    let (consumer, entries) = recording(&q, &server.url(), Duration::from_secs(60));
+    assert!(lost.wait_fired(1, HANG), "no claim ahead was sent");
+    assert_eq!(server.int(&["ZCARD", &key(name, "inflight")]), 5);
+    consumer.shutdown(Duration::from_secs(10)).unwrap();
+    lost.release();
+    assert!(entries.try_recv().is_err());
+    assert_eq!(delayed(&server, name), due);
+    assert_eq!(server.int(&["ZCARD", &key(name, "inflight")]), 0);
+    assert_eq!(server.int(&["HLEN", &key(name, "attempts")]), 0);
+}

@@ -77,6 +77,17 @@ impl AheadKeys {
 /// did not decode.
 pub(super) type Ahead<T> = (i64, Result<Delivery<T>, Undecodable>);
 
+/// What a claim returned.
+struct ClaimReply<T> {
+    /// 0, or -1: the queue has controls (nothing claimed).
+    gate: i64,
+    /// The server's time (ms).
+    now: i64,
+    /// The due time left first in `delayed` (ms), or -1.
+    next: i64,
+    claims: Vec<Ahead<T>>,
+}
+
 /// The job: see the [module documentation](self).
 pub(super) struct AheadJob<T: Codec> {
     me: Weak<AheadJob<T>>,
@@ -213,7 +224,7 @@ impl<T: Codec> AheadJob<T> {
         let rt = self.q.rt();
         rt.driver.unregister(&self.key);
         self.q.state.ahead.remove(&self.key);
-        let (mut back, acks) = {
+        let (mut back, acks, pending) = {
             let mut st = self.st.lock();
             st.stopped = true;
             for (_, t) in st.timeouts.drain() {
@@ -223,9 +234,20 @@ impl<T: Codec> AheadJob<T> {
                 .into_values()
                 .flatten()
                 .collect();
-            (back, std::mem::take(&mut st.acks))
+            (back, std::mem::take(&mut st.acks), st.pending.take())
         };
         back.extend(self.due.lock().drain(..));
+        // A claim whose reply never came (lost, or the round was in flight
+        // as the job was unregistered): the same request again is answered
+        // with what it claimed, which goes back too.
+        if let Some((packed, _)) = pending {
+            match self.replay(&packed) {
+                Ok(claims) => back.extend(claims),
+                Err(e) => {
+                    tracing::warn!(target: "redwheel::queue", queue = %self.q.state.name, error = %e, "consumer: could not learn what a claim ahead did at shutdown; its messages come back when their visibility ends");
+                }
+            }
+        }
         if !acks.is_empty() {
             match self.q.claim_acking(&acks, 0, Duration::ZERO) {
                 Ok(got) => {
@@ -239,6 +261,17 @@ impl<T: Codec> AheadJob<T> {
         if let Err(e) = self.give_back(&back) {
             tracing::warn!(target: "redwheel::queue", queue = %self.q.state.name, error = %e, "consumer: could not give back messages claimed ahead at shutdown; they come back when their visibility ends");
         }
+    }
+
+    /// Sends a claim request (packed) again and reads what it claimed.
+    fn replay(&self, packed: &[u8]) -> Result<Vec<Ahead<T>>, Error> {
+        let reply = self
+            .q
+            .rt()
+            .run(&self.q.state.keys.delayed, Access::Write, |con| {
+                redis::ConnectionLike::req_packed_command(con, packed)
+            })?;
+        Ok(self.parse_claims(&reply)?.claims)
     }
 
     /// Puts messages claimed ahead and never started back in `delayed` at
@@ -431,7 +464,8 @@ impl<T: Codec> AheadJob<T> {
     }
 
     /// Reads a claim's reply into held messages; when to run next.
-    fn on_claims(&self, st: &mut State<T>, reply: &Value, count: usize) -> Result<Next, Error> {
+    /// Reads a claim's reply.
+    fn parse_claims(&self, reply: &Value) -> Result<ClaimReply<T>, Error> {
         let protocol = |what: &str| {
             self.q.tag(Error::new(
                 ErrorKind::Protocol,
@@ -468,6 +502,22 @@ impl<T: Codec> AheadJob<T> {
             let m = self.q.claimed(id, stored, attempt, token, deadline);
             claims.push((due, m));
         }
+        Ok(ClaimReply {
+            gate,
+            now,
+            next,
+            claims,
+        })
+    }
+
+    /// Reads a claim's reply into held messages; when to run next.
+    fn on_claims(&self, st: &mut State<T>, reply: &Value, count: usize) -> Result<Next, Error> {
+        let ClaimReply {
+            gate,
+            now,
+            next,
+            claims,
+        } = self.parse_claims(reply)?;
         let claimed = claims.len();
         if claimed > 0 {
             // This process's transfer job looks at the in-flight set when
@@ -537,6 +587,10 @@ impl<T: Codec> Job for AheadJob<T> {
     fn on_reply(&self, replies: &[Value]) -> Result<Next, Error> {
         let mut st = self.st.lock();
         let st = &mut *st;
+        if st.stopped {
+            // `stop` took the pending claim and settles it itself.
+            return Ok(Next::Idle);
+        }
         let (acks, claim) = std::mem::take(&mut st.sent);
         let mut replies = replies.iter();
         if acks {
