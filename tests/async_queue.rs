@@ -315,3 +315,15 @@ fn acks_sent_together_each_get_their_own_answer() {
         "only the nacked one is left"
     );
 }
+
+#[test]
+fn a_stream_of_deliveries_refuses_claim_ahead_at_its_first_poll() {
+    let (_server, rw) = setup();
+    let q: Queue<String> = rw.queue("stream-ahead").unwrap();
+    tokio_current(async {
+        let mut s =
+            q.deliveries(redwheel::ConsumerOptions::default().claim_ahead(Duration::from_secs(1)));
+        let e = next(&mut s).await.unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidOption);
+    });
+}

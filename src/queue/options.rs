@@ -364,7 +364,10 @@ impl ConsumerOptions {
     ///   go back to the queue at their due time, uncounted.
     ///
     /// At most [`claim_ahead_max`](ConsumerOptions::claim_ahead_max)
-    /// messages are held ahead at once.
+    /// messages are held ahead at once. For [`Queue::consume`] only (a
+    /// stream of deliveries refuses it).
+    ///
+    /// [`Queue::consume`]: crate::Queue::consume
     pub fn claim_ahead(mut self, window: Duration) -> Self {
         self.claim_ahead = window;
         self

@@ -93,7 +93,20 @@ impl<T: Codec> Queue<T> {
     /// ```
     pub fn deliveries(&self, options: ConsumerOptions) -> Deliveries<T> {
         let inner = Inner::new();
-        let invalid = options.validate().err().map(|e| self.tag(e));
+        let invalid = options
+            .validate()
+            .and_then(|()| {
+                if options.claim_ahead.is_zero() {
+                    Ok(())
+                } else {
+                    Err(crate::error::Error::new(
+                        crate::error::ErrorKind::InvalidOption,
+                        "invalid option `claim_ahead`: a stream of deliveries does not claim ahead (a `consume` pool does)",
+                    ))
+                }
+            })
+            .err()
+            .map(|e| self.tag(e));
         let key = self.start_extension(&inner, &options);
         let mut buffer = VecDeque::new();
         if let Some(e) = invalid {
