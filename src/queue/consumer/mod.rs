@@ -23,12 +23,12 @@
 //!
 //! * With `ConsumerOptions::claim_ahead`, a second driver job claims
 //!   delayed messages up to the window before their due time and the wheel
-//!   hands each to the workers at its due time (`ahead.rs`); the claimers
+//!   hands each to the workers at its due time (`ahead/`); the claimers
 //!   go on claiming what is ready as before.
 //!
 //! Files: `running.rs` (what the threads and the jobs share), `worker.rs`
 //! (the claimer and worker threads), `extend.rs` (the visibility job),
-//! `ahead.rs` (the claim-ahead job).
+//! `ahead/` (the claim-ahead job).
 
 pub(super) mod ahead;
 mod extend;

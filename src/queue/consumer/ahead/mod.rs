@@ -7,17 +7,22 @@
 //!
 //! When the job runs: when its own reply says the next message falls into
 //! the window; when a wake-up of the queue announces a new head (the
-//! queue's [`AheadKeys`], read by the `wake` listener and by the queue's
-//! own job after it fired schedules ahead), shifted earlier by the window;
-//! when a worker finishes (acks to send, room to claim more).
+//! queue's [`AheadKeys`], told by the `wake` listener and, after each
+//! transfer, by the queue's own job, since occurrences fired ahead are not
+//! published), shifted earlier by the window; when a worker finishes (acks
+//! to send, room to claim more).
 //!
 //! A claim-ahead request whose reply is lost is sent again as the same
 //! request and answered from its reply record, as every claim is. At
 //! shutdown the messages not yet started go back to `delayed` at their due
 //! time (`claim_ahead.lua`'s give-back), uncounted.
+//!
+//! Files: this one (the job: when it claims, holding messages until their
+//! due time, acks, shutdown), `script.rs` (its commands and their
+//! replies), `pace.rs` (waking workers for due messages, paced).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -26,8 +31,8 @@ use parking_lot::Mutex;
 use redis::Value;
 
 use super::running::{Ack, Inner, RunHandler};
-use crate::error::{Access, Error, ErrorKind};
-use crate::queue::claim::{Undecodable, claim_keys};
+use crate::error::{Error, ErrorKind};
+use crate::queue::claim::Undecodable;
 use crate::queue::codec::Codec;
 use crate::queue::delivery::Delivery;
 use crate::queue::handle::Queue;
@@ -35,6 +40,11 @@ use crate::queue::request::Request;
 use crate::runtime::{Commands, Deadline, Job, Next, slot};
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 use crate::timer::Timeout;
+
+mod pace;
+mod script;
+
+use self::pace::Pacer;
 
 /// How long a finished handler's ack waits for others to go out with it.
 const ACK_GATHER: Duration = Duration::from_millis(2);
@@ -77,17 +87,6 @@ impl AheadKeys {
 /// did not decode.
 pub(super) type Ahead<T> = (i64, Result<Delivery<T>, Undecodable>);
 
-/// What a claim returned.
-struct ClaimReply<T> {
-    /// 0, or -1: the queue has controls (nothing claimed).
-    gate: i64,
-    /// The server's time (ms).
-    now: i64,
-    /// The due time left first in `delayed` (ms), or -1.
-    next: i64,
-    claims: Vec<Ahead<T>>,
-}
-
 /// The job: see the [module documentation](self).
 pub(super) struct AheadJob<T: Codec> {
     me: Weak<AheadJob<T>>,
@@ -99,15 +98,8 @@ pub(super) struct AheadJob<T: Codec> {
     max: usize,
     vis_ms: u64,
     st: Mutex<State<T>>,
-    /// Messages whose due time has come, for the workers, and how many
-    /// workers are woken for them (see [`AheadJob::hand_out`]).
-    due: Mutex<VecDeque<Ahead<T>>>,
-    wake: Sender<()>,
-    woken: AtomicUsize,
-    checking: AtomicBool,
-    /// The pool's workers, and how many to wake at first.
-    workers: usize,
-    first_wave: usize,
+    /// Messages whose due time has come, for the workers.
+    pace: Arc<Pacer<Ahead<T>>>,
 }
 
 struct State<T> {
@@ -142,7 +134,6 @@ impl<T: Codec> AheadJob<T> {
         wake: Sender<()>,
         n: u64,
     ) -> Arc<AheadJob<T>> {
-        let cores = std::thread::available_parallelism().map_or(2, usize::from);
         let key: Arc<str> = Arc::from(format!("ahead {} {n}", q.state.name));
         let job = Arc::new_cyclic(|me| AheadJob {
             me: Weak::clone(me),
@@ -153,12 +144,7 @@ impl<T: Codec> AheadJob<T> {
             window_ms: window.as_millis() as u64,
             max,
             vis_ms: q.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64,
-            due: Mutex::new(VecDeque::new()),
-            wake,
-            woken: AtomicUsize::new(0),
-            checking: AtomicBool::new(false),
-            workers,
-            first_wave: cores.min(workers),
+            pace: Pacer::new(wake, workers, q.rt()),
             st: Mutex::new(State {
                 held: 0,
                 acks: Vec::new(),
@@ -236,7 +222,7 @@ impl<T: Codec> AheadJob<T> {
                 .collect();
             (back, std::mem::take(&mut st.acks), st.pending.take())
         };
-        back.extend(self.due.lock().drain(..));
+        back.extend(self.pace.drain());
         // A claim whose reply never came (lost, or the round was in flight
         // as the job was unregistered): the same request again is answered
         // with what it claimed, which goes back too.
@@ -261,49 +247,6 @@ impl<T: Codec> AheadJob<T> {
         if let Err(e) = self.give_back(&back) {
             tracing::warn!(target: "redwheel::queue", queue = %self.q.state.name, error = %e, "consumer: could not give back messages claimed ahead at shutdown; they come back when their visibility ends");
         }
-    }
-
-    /// Sends a claim request (packed) again and reads what it claimed.
-    fn replay(&self, packed: &[u8]) -> Result<Vec<Ahead<T>>, Error> {
-        let reply = self
-            .q
-            .rt()
-            .run(&self.q.state.keys.delayed, Access::Write, |con| {
-                redis::ConnectionLike::req_packed_command(con, packed)
-            })?;
-        Ok(self.parse_claims(&reply)?.claims)
-    }
-
-    /// Puts messages claimed ahead and never started back in `delayed` at
-    /// their due time.
-    fn give_back(&self, back: &[Ahead<T>]) -> Result<(), Error> {
-        if back.is_empty() {
-            return Ok(());
-        }
-        let keys = &self.q.state.keys;
-        let record = self.st.lock().claim_req.key.clone();
-        let key_list = ahead_keys(keys, &record);
-        self.q
-            .rt()
-            .run(&keys.delayed, Access::Write, |con| {
-                let mut inv = scripts::CLAIM_AHEAD.prepare_invoke();
-                for k in key_list {
-                    inv.key(k);
-                }
-                inv.arg("r");
-                for (due, m) in back {
-                    let (id, token) = match m {
-                        Ok(d) => (d.id.as_str(), d.token.as_str()),
-                        Err(u) => (u.id.as_str(), u.token.as_str()),
-                    };
-                    inv.arg(id).arg(token).arg(*due);
-                }
-                let n: u64 = inv.invoke(con)?;
-                Ok(n)
-            })
-            .map(|n| {
-                tracing::debug!(target: "redwheel::queue", queue = %self.q.state.name, given_back = n, "consumer: messages claimed ahead given back at shutdown");
-            })
     }
 
     /// Keeps the claimed messages until their due time: one wheel timeout
@@ -335,15 +278,7 @@ impl<T: Codec> AheadJob<T> {
     }
 
     /// The wheel's task at a due time: the messages due then go to the
-    /// workers.
-    ///
-    /// Not every idle worker is woken at once: a burst (a thousand
-    /// occurrences in one millisecond) is handled fastest by as many
-    /// threads as there are cores, since a thread that took a message and
-    /// lost its core waits a whole time slice before it starts it. So as
-    /// many workers as cores are woken first, and as long as messages are
-    /// still waiting a tick later (slow handlers), the number woken doubles
-    /// each tick, up to the whole pool.
+    /// workers (paced: `pace.rs`).
     fn hand_out(&self, due: i64) {
         let mut st = self.st.lock();
         st.timeouts.remove(&due);
@@ -361,50 +296,13 @@ impl<T: Codec> AheadJob<T> {
                 .map(|d| (d.attempt, d.due_ms)),
             || rt.server_now_ms(),
         );
-        let n = ms.len();
-        // Read under the lock that a worker finding none takes to count
-        // itself out: a worker that missed these is not counted.
-        let woken = {
-            let mut due = self.due.lock();
-            due.extend(ms);
-            self.woken.load(Ordering::Acquire)
-        };
-        if woken < self.first_wave {
-            self.wake_more((self.first_wave - woken).min(n));
-        }
-        self.check_later();
+        self.pace.push(ms);
     }
 
-    /// Wakes `n` more workers for the due messages.
-    fn wake_more(&self, n: usize) {
-        self.woken.fetch_add(n, Ordering::AcqRel);
-        for _ in 0..n {
-            let _ = self.wake.send(());
-        }
-    }
-
-    /// A tick from now: more workers if messages are still waiting.
-    fn check_later(&self) {
-        if self.checking.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let me = Weak::clone(&self.me);
-        let armed = self.q.rt().driver.after(Duration::from_millis(1), move || {
-            let Some(job) = me.upgrade() else { return };
-            job.checking.store(false, Ordering::Release);
-            if job.due.lock().is_empty() {
-                return;
-            }
-            let woken = job.woken.load(Ordering::Acquire);
-            let more = woken.max(1).min(job.workers.saturating_sub(woken));
-            if more > 0 {
-                job.wake_more(more);
-            }
-            job.check_later();
-        });
-        if armed.is_none() {
-            self.checking.store(false, Ordering::Release);
-        }
+    /// The next due message for a woken worker; `None` (and the worker
+    /// goes back to sleep) when there is none.
+    pub(super) fn next_due(&self) -> Option<Ahead<T>> {
+        self.pace.next()
     }
 
     /// Whether the pool is stopping.
@@ -412,119 +310,18 @@ impl<T: Codec> AheadJob<T> {
         self.inner.stop.load(Ordering::Relaxed)
     }
 
-    /// The next due message for a woken worker; `None` (and the worker
-    /// goes back to sleep) when there is none.
-    pub(super) fn next_due(&self) -> Option<Ahead<T>> {
-        let mut due = self.due.lock();
-        let m = due.pop_front();
-        if m.is_none() {
-            self.woken.fetch_sub(1, Ordering::AcqRel);
-        }
-        m
-    }
-
-    fn claim_command(&self, st: &mut State<T>, count: usize) -> Vec<u8> {
-        let keys = &self.q.state.keys;
-        st.claim_req.next();
-        let req = &st.claim_req;
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(scripts::CLAIM_AHEAD.get_hash()).arg(10);
-        for k in ahead_keys(keys, &req.key) {
-            cmd.arg(k);
-        }
-        cmd.arg("c")
-            .arg(self.vis_ms)
-            .arg(&req.token)
-            .arg(count)
-            .arg(&req.seq_arg)
-            .arg(&req.ttl_arg)
-            .arg(self.window_ms);
-        cmd.get_packed_command()
-    }
-
-    fn acks_command(&self, st: &mut State<T>) -> Vec<u8> {
-        let keys = &self.q.state.keys;
-        st.ack_req.next();
-        let req = &st.ack_req;
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(scripts::CLAIM.get_hash()).arg(17);
-        for k in claim_keys(keys, &req.key) {
-            cmd.arg(k);
-        }
-        cmd.arg(self.vis_ms)
-            .arg(&req.token)
-            .arg(0)
-            .arg(&req.seq_arg)
-            .arg(&req.ttl_arg)
-            .arg(st.acks.len());
-        for (id, token) in &st.acks {
-            cmd.arg(id).arg(token);
-        }
-        cmd.get_packed_command()
-    }
-
-    /// Reads a claim's reply into held messages; when to run next.
-    /// Reads a claim's reply.
-    fn parse_claims(&self, reply: &Value) -> Result<ClaimReply<T>, Error> {
-        let protocol = |what: &str| {
-            self.q.tag(Error::new(
-                ErrorKind::Protocol,
-                format!("unexpected reply to claim_ahead.lua: {what}"),
-            ))
-        };
-        let Value::Array(items) = reply else {
-            return Err(protocol("not an array"));
-        };
-        let int = |v: Option<&Value>, what: &str| -> Result<i64, Error> {
-            v.and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok())
-                .ok_or_else(|| protocol(what))
-        };
-        let gate = int(items.first(), "no gate")?;
-        let now = int(items.get(1), "no time")?;
-        let next = int(items.get(2), "no next due time")?;
-        let rest = items.get(3..).unwrap_or_default();
-        if rest.len() % 5 != 0 {
-            return Err(protocol("a truncated entry"));
-        }
-        let mut claims = Vec::with_capacity(rest.len() / 5);
-        for e in rest.chunks(5) {
-            let text = |v: &Value, what: &str| -> Result<String, Error> {
-                redis::from_redis_value(v.clone()).map_err(|_| protocol(what))
-            };
-            let id = text(&e[0], "an id")?;
-            let stored: Vec<u8> =
-                redis::from_redis_value(e[1].clone()).map_err(|_| protocol("a value"))?;
-            let attempt = u32::try_from(int(Some(&e[2]), "an attempt")?)
-                .map_err(|_| protocol("an attempt"))?;
-            let token = text(&e[3], "a token")?;
-            let due = int(Some(&e[4]), "a due time")?;
-            let deadline = due.max(now) as u64 + self.vis_ms;
-            let m = self.q.claimed(id, stored, attempt, token, deadline);
-            claims.push((due, m));
-        }
-        Ok(ClaimReply {
-            gate,
-            now,
-            next,
-            claims,
-        })
-    }
-
     /// Reads a claim's reply into held messages; when to run next.
     fn on_claims(&self, st: &mut State<T>, reply: &Value, count: usize) -> Result<Next, Error> {
-        let ClaimReply {
-            gate,
-            now,
-            next,
-            claims,
-        } = self.parse_claims(reply)?;
+        let reply = self.parse_claims(reply)?;
+        let (gate, now, next, claims) = (reply.gate, reply.now, reply.next, reply.claims);
         let claimed = claims.len();
         if claimed > 0 {
             // This process's transfer job looks at the in-flight set when
-            // the last of these visibilities could end.
-            let last = claims.iter().map(|(d, _)| *d).max().unwrap_or(now);
+            // the first of these visibilities could end (its reply then
+            // arms it for the next).
+            let first = claims.iter().map(|(d, _)| *d).min().unwrap_or(now);
             self.q.announce_deadline(Duration::from_millis(
-                (last.max(now) - now) as u64 + self.vis_ms,
+                (first.max(now) - now) as u64 + self.vis_ms,
             ));
             self.hold(st, claims);
         }
@@ -621,20 +418,4 @@ impl<T: Codec> Job for AheadJob<T> {
         st.pending = None;
         Ok(next)
     }
-}
-
-/// `claim_ahead.lua`'s keys, in its order, with the request's reply record.
-fn ahead_keys<'a>(keys: &'a crate::queue::keys::Keys, record: &'a str) -> [&'a str; 10] {
-    [
-        &keys.delayed,
-        &keys.msg,
-        &keys.inflight,
-        &keys.lease,
-        &keys.attempts,
-        &keys.counts,
-        record,
-        &keys.head,
-        &keys.controls,
-        &keys.wake,
-    ]
 }
