@@ -17,7 +17,7 @@ use crossbeam_channel::{Receiver, unbounded};
 use redwheel::schedule::{Schedule, parse_occurrence_id};
 use redwheel::{Consumer, ConsumerOptions, ErrorKind, Queue, QueueOptions, Redwheel};
 use support::RedisServer;
-use support::proxy::{Fault, Proxy, Rule};
+use support::proxy::{Fault, Proxy, Rule, RuleHandle};
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -60,6 +60,33 @@ fn recording(
         )
         .unwrap();
     (consumer, rx)
+}
+
+/// A runtime behind a proxy, and queue `name` on it, whose first
+/// `claim_ahead.lua` call runs and loses its reply (`hold`: the connection
+/// is kept open). The script is loaded beforehand, so that first call runs
+/// (no NOSCRIPT).
+fn losing_first_claim_ahead(
+    server: &RedisServer,
+    name: &str,
+    hold: bool,
+) -> (Proxy, Queue<String>, RuleHandle) {
+    let proxy = Proxy::start(server.port());
+    let rw = Redwheel::connect(&proxy.url()).unwrap();
+    let q = rw.queue::<String>(name).unwrap();
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let sha = redwheel::test_support::load_script(&mut con, "claim_ahead").unwrap();
+    let mut rule = Rule::new(Fault::LoseReply)
+        .matching(sha.as_bytes())
+        .times(1);
+    if hold {
+        rule = rule.hold();
+    }
+    let lost = proxy.inject(rule);
+    (proxy, q, lost)
 }
 
 /// Queue `name` with the given visibility.
@@ -147,23 +174,10 @@ fn messages_claimed_ahead_are_held_past_their_due_time_and_start_at_it_never_bef
 #[test]
 fn a_lost_reply_of_a_claim_ahead_is_asked_again_and_each_message_runs_once() {
     let server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
-    let rw = Redwheel::connect(&proxy.url()).unwrap();
     let name = "ahead-lost";
-    let q = rw.queue::<String>(name).unwrap();
-    // Loaded beforehand, so the first claim ahead runs (no NOSCRIPT): it
-    // finds all ten, and its reply never comes back (the script ran; the
-    // connection is reset).
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let sha = redwheel::test_support::load_script(&mut con, "claim_ahead").unwrap();
-    let lost = proxy.inject(
-        Rule::new(Fault::LoseReply)
-            .matching(sha.as_bytes())
-            .times(1),
-    );
+    // The first claim ahead finds all ten, and its reply never comes back
+    // (the script ran; the connection is reset).
+    let (_proxy, q, lost) = losing_first_claim_ahead(&server, name, false);
     for i in 0..10 {
         q.offer(&format!("m{i}"), Duration::from_millis(1_500))
             .unwrap();
@@ -436,23 +450,10 @@ fn an_occurrence_claimed_ahead_runs_once_though_its_schedule_is_paused_before_it
 #[test]
 fn shutdown_gives_back_what_a_claim_ahead_whose_reply_never_came_claimed() {
     let server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
-    let rw = Redwheel::connect(&proxy.url()).unwrap();
     let name = "ahead-shutdown-lost";
-    let q = rw.queue::<String>(name).unwrap();
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let sha = redwheel::test_support::load_script(&mut con, "claim_ahead").unwrap();
     // The claim runs; its reply is thrown away and the connection kept
     // open, so the pool never learns what it claimed.
-    let lost = proxy.inject(
-        Rule::new(Fault::LoseReply)
-            .matching(sha.as_bytes())
-            .times(1)
-            .hold(),
-    );
+    let (_proxy, q, lost) = losing_first_claim_ahead(&server, name, true);
     for i in 0..5 {
         q.offer(&format!("m{i}"), Duration::from_secs(40)).unwrap();
     }
