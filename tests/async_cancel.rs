@@ -13,115 +13,20 @@
 //! * a dropped offer, retried with its id, writes the message once;
 //! * a dropped stream of deliveries gives back what it had not handed out.
 
+mod async_common;
+#[path = "async_common/faults.rs"]
+mod async_faults;
 mod faults_common;
 mod support;
 
-use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use async_common::{Manual, wait_for};
+use async_faults::{LostTake, ready, take_with_its_reply_lost, two_ready, warm_up};
 use faults_common::{Env, HANG, scripts, sha, string, strings};
 use redwheel::{MessageId, Queue};
 use support::proxy::{Fault, Rule};
-
-/// A waker that records that it was woken.
-#[derive(Default)]
-struct Probe(AtomicBool);
-
-impl Wake for Probe {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-/// A future polled by hand.
-struct Manual<F: Future> {
-    fut: Pin<Box<F>>,
-    probe: Arc<Probe>,
-}
-
-impl<F: Future> Manual<F> {
-    fn new(fut: F) -> Manual<F> {
-        Manual {
-            fut: Box::pin(fut),
-            probe: Arc::default(),
-        }
-    }
-
-    fn poll(&mut self) -> Poll<F::Output> {
-        self.probe.0.store(false, Ordering::SeqCst);
-        let waker = Waker::from(Arc::clone(&self.probe));
-        self.fut.as_mut().poll(&mut Context::from_waker(&waker))
-    }
-
-    /// Waits until the future was woken (its reply came).
-    fn wait_woken(&self) {
-        wait_for("the future to be woken", || {
-            self.probe.0.load(Ordering::SeqCst)
-        });
-    }
-
-    /// Polls until it is ready.
-    fn finish(mut self) -> F::Output {
-        let deadline = Instant::now() + HANG;
-        loop {
-            if let Poll::Ready(v) = self.poll() {
-                return v;
-            }
-            while !self.probe.0.load(Ordering::SeqCst) {
-                assert!(Instant::now() < deadline, "hang guard");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
-}
-
-/// Waits for `cond` (an event: a state in Redis, a flag), with a hang
-/// guard.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + HANG;
-    while !cond() {
-        assert!(Instant::now() < deadline, "hang guard: {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn ready(env: &Env, q: &str) -> Vec<String> {
-    strings(
-        &env.server,
-        &["LRANGE", &format!("redwheel:{{{q}}}:ready"), "0", "-1"],
-    )
-}
-
-/// Two messages due now, on the ready list in offer order.
-fn two_ready(env: &Env, q: &Queue<String>) -> (MessageId, MessageId) {
-    let a = q.offer(&"first".to_string(), Duration::ZERO).unwrap();
-    let b = q.offer(&"second".to_string(), Duration::ZERO).unwrap();
-    env.wait_ready(q.name(), 2);
-    (a, b)
-}
-
-/// A first use of the multiplexed connection and of the scripts (loaded
-/// after a first `NOSCRIPT`), so a fault applies to the command under
-/// test itself. The queue is empty.
-fn warm_up(q: &Queue<String>) {
-    Manual::new(q.stats_async()).finish().unwrap();
-    assert!(
-        Manual::new(q.poll_async(Duration::ZERO))
-            .finish()
-            .unwrap()
-            .is_none()
-    );
-    assert!(
-        Manual::new(q.claim_async(Duration::ZERO))
-            .finish()
-            .unwrap()
-            .is_none()
-    );
-}
 
 /// The same for the lock scripts.
 fn warm_up_locks(env: &Env) {
@@ -232,17 +137,7 @@ fn a_take_whose_reply_is_lost_is_answered_by_its_reply_record() {
 fn a_take_dropped_with_its_reply_lost_still_gives_the_message_back() {
     let env = Env::start();
     let q: Queue<String> = env.rw.queue("t5").unwrap();
-    warm_up(&q);
-    let (a, b) = two_ready(&env, &q);
-    let lost = env.proxy.inject(
-        Rule::new(Fault::LoseReply)
-            .matching(sha(scripts::TAKE))
-            .times(1)
-            .hold(),
-    );
-    let mut take = Manual::new(q.take_async());
-    assert!(take.poll().is_pending());
-    assert!(lost.wait_fired(1, HANG), "the take ran; its reply is gone");
+    let LostTake { a, b, take, lost } = take_with_its_reply_lost(&env, &q);
     drop(take);
     lost.release(); // the connection fails now, with nobody waiting
     // Asked again (the same request), Redis answers `a` from the reply
