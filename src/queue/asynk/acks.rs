@@ -8,7 +8,11 @@
 //! `claim.lua` says how many of a batch's acks were refused, not which: a
 //! batch with a refusal is settled ack by ack with `ack.lua` (idempotent:
 //! an ack the batch applied answers "nothing to do"), so each caller gets
-//! its own answer. The batch is a request (`queue/request.rs`): one whose
+//! its own answer. That holds because no call carries two acks of one
+//! message: an ack refused in the call (a stale claim's) would find the
+//! message deleted by the other (the current claim's) and answer "nothing
+//! to do" instead of being refused, so a second ack of a message waits for
+//! the next call. The batch is a request (`queue/request.rs`): one whose
 //! reply was lost is sent again and answered from its reply record.
 
 use std::sync::Arc;
@@ -69,8 +73,26 @@ pub(crate) fn ack(
     answer
 }
 
-/// Sends one batch and answers each of its acks.
+/// Sends one batch and answers each of its acks: in one call, or, if it
+/// acks a message twice, in one call per ack of it (see the module doc).
 async fn send_batch(
+    rt: &Arc<Runtime>,
+    state: &QueueState,
+    visibility_ms: &str,
+    mut batch: Vec<PendingAck>,
+) {
+    while !batch.is_empty() {
+        let mut seen = std::collections::HashSet::with_capacity(batch.len());
+        let (now, later): (Vec<_>, Vec<_>) =
+            batch.into_iter().partition(|a| seen.insert(a.id.clone()));
+        send_call(rt, state, visibility_ms, now).await;
+        batch = later;
+    }
+}
+
+/// Sends the acks of `batch` (each of another message) in one call and
+/// answers each.
+async fn send_call(
     rt: &Arc<Runtime>,
     state: &QueueState,
     visibility_ms: &str,
