@@ -33,12 +33,6 @@ impl Unresolved {
         self.0 = None;
     }
 
-    /// When an attempt was first lost, while it is unanswered.
-    #[cfg(feature = "async")]
-    pub(crate) fn since(&self) -> Option<Instant> {
-        self.0
-    }
-
     /// True while an attempt may have run unanswered.
     pub(crate) fn pending(&self) -> bool {
         self.0.is_some()

@@ -54,7 +54,7 @@ pub use self::driver::DriverStats;
 pub(crate) use self::driver::{Commands, Deadline, Job, Next, Replies};
 pub(crate) use self::keyslot::slot;
 #[cfg(feature = "async")]
-pub(crate) use self::mux::{Command, Orphan, first_reply};
+pub(crate) use self::mux::{Call, Command, Orphan, contained, first_reply};
 pub(crate) use self::names::{MAX_TAG_NAME_LEN, random_u64, validate_tag_name};
 pub use self::options::RedwheelOptions;
 pub(crate) use self::pool::shut_down;

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, ErrorKind};
 use crate::queue::state::QueueState;
-use crate::runtime::{Cell, detach};
+use crate::runtime::{Cell, contained, detach};
 
 /// A call's answer, and the cell that wakes its future.
 pub(crate) struct Answer<R> {
@@ -32,10 +32,11 @@ impl<R> Default for Answer<R> {
 }
 
 impl<R> Answer<R> {
-    /// Gives the answer and wakes its future.
+    /// Gives the answer and wakes its future (on the batch's task, on
+    /// redwheel's thread: a waker that panics stops neither).
     pub(crate) fn set(&self, r: Result<R, Error>) {
         *self.reply.lock() = Some(r);
-        self.cell.fire();
+        contained("a future's waker", || self.cell.fire());
     }
 
     /// Waits for the answer (`what` names the call in the error of an

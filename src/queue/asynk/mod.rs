@@ -20,18 +20,25 @@
 //! does is said on each method ("Cancellation").
 //!
 //! Files: `offer.rs`, `take.rs` (take, poll, and the give-back of a
-//! dropped take), `claim.rs`, `delivery.rs`, `ops.rs` (remove, stats),
-//! and this one (the wait for the ready list shared by take and claim).
+//! dropped take), `claim.rs` (and the give-back of a dropped claim),
+//! `lost.rs` (the answer a dropped take or claim still needs after a lost
+//! reply), `delivery.rs`, `acks.rs` and `coalesce.rs` (calls sent
+//! together), `ops.rs` (remove, stats), and this one (the wait for the
+//! ready list shared by take and claim).
 
 mod acks;
 mod claim;
 mod coalesce;
 mod delivery;
+mod lost;
 mod offer;
 mod ops;
 mod take;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -41,8 +48,8 @@ pub(crate) use self::offer::OfferBatcher;
 use super::codec::Codec;
 use super::handle::Queue;
 use super::pop::Unresolved;
-use crate::error::{Access, Error};
-use crate::runtime::{Backoff, Cell, Command, Deadline, Orphan, first_reply, shut_down};
+use crate::error::{Access, Error, ErrorKind};
+use crate::runtime::{Backoff, Call, Cell, Command, Deadline, Orphan, first_reply, shut_down};
 
 /// What a pop script found.
 pub(super) enum Popped {
@@ -57,20 +64,31 @@ impl<T: Codec> Queue<T> {
     /// record: `Nil`, or an array of at most `header` elements, when it
     /// finds nothing) until it finds something or `deadline` passes,
     /// waiting for the ready list in between. `orphan` makes the handler
-    /// of each attempt's replies should the future be dropped while it is
-    /// on the wire. As the synchronous `wait_pop`: a transient failure is
-    /// waited out on the reconnect backoff, and an attempt whose reply was
-    /// lost is sent again (the same request) until Redis answers what it
-    /// did; past `deadline` (and `command_timeout` more), at shutdown, or
-    /// after `RESOLVE_WITHIN`, such an attempt makes it fail with
+    /// of an attempt's answer should the future end without it (see
+    /// below). As the synchronous `wait_pop`: a transient failure is waited
+    /// out on the reconnect backoff, and an attempt whose reply was lost
+    /// is sent again (the same request) until Redis answers what it did;
+    /// at shutdown, after `RESOLVE_WITHIN`, or past `deadline` and
+    /// `command_timeout` more, such an attempt makes it fail with
     /// `OutcomeUnknown`.
+    ///
+    /// With a `deadline`, it returns by `deadline + command_timeout`
+    /// whatever Redis does: an attempt still unanswered then is abandoned
+    /// (as a dropped future abandons it).
+    ///
+    /// An attempt that may have run is never left behind: if the future
+    /// is dropped or gives up while one is unanswered, the orphan path
+    /// (`lost.rs`) asks Redis again what it did and gives back what it
+    /// handed out, whether an attempt is on the wire then (its call's
+    /// orphan, also when that attempt is never sent) or not (in the
+    /// backoff, waiting: [`Unanswered`]).
     pub(super) async fn pop_async(
         &self,
         op: &'static str,
         deadline: Option<Instant>,
         command: Command,
         header: usize,
-        orphan: impl Fn() -> Option<Orphan>,
+        orphan: impl Fn() -> Option<Orphan> + Sync,
     ) -> Result<Popped, Error> {
         let rt = Arc::clone(self.rt());
         let route = self.state.keys.ready.clone();
@@ -80,6 +98,12 @@ impl<T: Codec> Queue<T> {
         let ticket = ready.register();
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
         let mut unresolved = Unresolved::default();
+        let mut unanswered = Unanswered {
+            orphan: &orphan,
+            armed: false,
+        };
+        // The latest it returns, unresolved or not (`None`: no limit).
+        let hard_stop = deadline.and_then(|d| d.checked_add(rt.options.command_timeout));
         let give_up = |unresolved: &Unresolved, e: Error| -> Error {
             if unresolved.pending() {
                 self.tag(unresolved.outcome_unknown(op, Some(e)))
@@ -92,13 +116,27 @@ impl<T: Codec> Queue<T> {
                 return Err(give_up(&unresolved, self.tag(shut_down())));
             }
             if unresolved.too_old() {
+                unanswered.armed = false; // as long as anyone asks
                 return Err(self.tag(unresolved.outcome_unknown(op, None)));
             }
             ticket.cell().reset();
-            let reply = rt
+            // This attempt's call carries an unanswered earlier one now.
+            unanswered.armed = false;
+            let attempt = rt
                 .call(&route, Access::Write, command.clone(), orphan())
-                .await
-                .and_then(|values| first_reply(values, Access::Write));
+                .resend_of_unresolved(unresolved.pending());
+            let Some(reply) = self.attempt(attempt, hard_stop).await else {
+                // Abandoned at the hard stop: its call's orphan gives back
+                // whatever it (or an earlier attempt) handed out.
+                let e = self.tag(Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "redis did not answer the {op} within its wait and the command timeout"
+                    ),
+                ));
+                return Err(give_up(&unresolved, e));
+            };
+            let reply = reply.and_then(|values| first_reply(values, Access::Write));
             let pause = match reply {
                 Ok(v) if found(&v, header) => {
                     self.count_expired(&v);
@@ -134,14 +172,20 @@ impl<T: Codec> Queue<T> {
                     tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "redis unavailable while waiting; retrying");
                     Some((backoff.step(), e))
                 }
-                Err(e) => return Err(give_up(&unresolved, self.tag(e))),
+                Err(e) => {
+                    unanswered.armed = unresolved.pending();
+                    return Err(give_up(&unresolved, self.tag(e)));
+                }
             };
-            // While an attempt is unanswered, wait for its answer: past
-            // `deadline`, for at most `command_timeout` from the later of
-            // the deadline and the loss.
-            let until = match (deadline, unresolved.since()) {
-                (Some(d), Some(lost)) => Some(d.max(lost) + rt.options.command_timeout),
-                _ => deadline,
+            // No call in flight from here to the next attempt: should the
+            // future end meanwhile, an unanswered attempt is asked about.
+            unanswered.armed = unresolved.pending();
+            // While an attempt is unanswered, wait for its answer until
+            // the hard stop; else until the deadline.
+            let until = if unresolved.pending() {
+                hard_stop
+            } else {
+                deadline
             };
             let left = until.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
@@ -167,6 +211,50 @@ impl<T: Codec> Queue<T> {
             };
             rt.wait_for(&cell, Some(wait.max(Duration::from_millis(1))))
                 .await;
+        }
+    }
+
+    /// Runs one attempt, abandoning it (`None`) if it is unanswered at
+    /// `stop`.
+    async fn attempt(
+        &self,
+        mut call: Call,
+        stop: Option<Instant>,
+    ) -> Option<Result<Vec<Value>, Error>> {
+        let Some(stop) = stop else {
+            return Some(call.await);
+        };
+        let rt = self.rt();
+        let cell = Arc::new(Cell::default());
+        let left = stop.saturating_duration_since(Instant::now());
+        let mut stop = rt.wait_for(&cell, Some(left.max(Duration::from_millis(1))));
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = Pin::new(&mut call).poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            match Pin::new(&mut stop).poll(cx) {
+                Poll::Ready(()) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+}
+
+/// An attempt of a pop request that may have run unanswered while no call
+/// carries it (`armed`): should the future end then (dropped, or giving
+/// up), its orphan is told the reply was lost, and asks Redis again.
+struct Unanswered<'a, F: Fn() -> Option<Orphan>> {
+    orphan: &'a F,
+    armed: bool,
+}
+
+impl<F: Fn() -> Option<Orphan>> Drop for Unanswered<'_, F> {
+    fn drop(&mut self) {
+        if self.armed
+            && let Some(f) = (self.orphan)()
+        {
+            f(None);
         }
     }
 }

@@ -2,12 +2,13 @@
 //! a take whose future was dropped before it read the reply.
 
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use super::Popped;
+use super::lost::orphan_of;
 use crate::error::{Access, Error, ErrorKind};
 use crate::queue::codec::Codec;
 use crate::queue::dead::{Parked, park_args, park_keys};
@@ -15,9 +16,9 @@ use crate::queue::handle::Queue;
 use crate::queue::keys::Keys;
 use crate::queue::message::Message;
 use crate::queue::pop::call_prefix;
-use crate::queue::request::{RESOLVE_WITHIN, Request};
+use crate::queue::request::Request;
 use crate::queue::take::{Taken, take_keys};
-use crate::runtime::{Backoff, Cell, Command, Orphan, Runtime, detach, first_reply};
+use crate::runtime::{Backoff, Cell, Command, Runtime, detach, first_reply};
 use crate::scripts;
 
 impl<T: Codec> Queue<T> {
@@ -38,10 +39,12 @@ impl<T: Codec> Queue<T> {
     /// list (`give_back.lua`, sent by redwheel's threads, retried while
     /// Redis is unreachable); if the connection fails before the reply
     /// comes, the same request is sent again (answered from its reply
-    /// record) to learn which message it took, and that one goes back.
-    /// Only if Redis cannot be asked for five minutes, or the `Redwheel`
-    /// shuts down first, may that message be lost (logged as an error, as
-    /// nobody is left to tell).
+    /// record) to learn which message it took, and that one goes back,
+    /// wherever the future is dropped after a lost reply: with that resend
+    /// on the wire, in its backoff, or while Redis is unreachable. Only if
+    /// Redis cannot be asked for five minutes, or the `Redwheel` shuts
+    /// down first, may that message be lost (logged as an error, as nobody
+    /// is left to tell).
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), redwheel::Error> {
@@ -65,7 +68,11 @@ impl<T: Codec> Queue<T> {
 
     /// [`poll`](Queue::poll) as a future: as
     /// [`take_async`](Queue::take_async), giving up after `timeout`
-    /// (`Ok(None)`), with a deadline on the runtime's wheel.
+    /// (`Ok(None)`), with a deadline on the runtime's wheel. It returns
+    /// within `timeout` plus one `command_timeout` whatever Redis does
+    /// (gone mid-wait: `Ok(None)` or a transient error); an attempt still
+    /// unanswered then is abandoned as a dropped future's is (nothing
+    /// lost).
     ///
     /// **Cancellation**: as `take_async`.
     pub fn poll_async(
@@ -95,20 +102,17 @@ impl<T: Codec> Queue<T> {
                 prefix.as_bytes(),
             ],
         );
-        let rt = Arc::downgrade(self.rt());
-        let give_back_keys = Arc::new(keys.clone());
-        let orphan = || -> Option<Orphan> {
-            let (rt, keys, req, command) = (
-                Weak::clone(&rt),
-                Arc::clone(&give_back_keys),
-                Arc::clone(&req),
-                command.clone(),
-            );
-            Some(Box::new(move |values: Option<Vec<Value>>| {
-                if let Some(rt) = rt.upgrade() {
-                    give_back(rt, keys, req, command, values);
-                }
-            }))
+        let shared_keys = Arc::new(keys.clone());
+        let orphan = || {
+            let keys = Arc::clone(&shared_keys);
+            Some(orphan_of(
+                self.rt(),
+                &shared_keys.ready,
+                &req,
+                &command,
+                ("take", "a message may be lost"),
+                move |rt, values| give_back(rt, keys, values),
+            ))
         };
         let popped = self
             .pop_async("take", deadline, command.clone(), 2, orphan)
@@ -152,44 +156,13 @@ impl<T: Codec> Queue<T> {
     }
 }
 
-/// A take's replies arrived after its future was dropped (`Some`), or its
-/// connection failed after it was sent (`None`: it may have run): the
+/// The answer of a take whose future is gone (its replies, or, after a
+/// lost reply, those of the same request sent again: `lost.rs`): the
 /// message it took, if any, goes back to the head of the ready list, on
-/// redwheel's threads. After a lost reply, the same request is sent again
-/// (its reply record answers what it did) until Redis answers.
-fn give_back(
-    rt: Arc<Runtime>,
-    keys: Arc<Keys>,
-    req: Arc<Request>,
-    command: Command,
-    values: Option<Vec<Value>>,
-) {
+/// redwheel's threads.
+fn give_back(rt: Arc<Runtime>, keys: Arc<Keys>, taken: Vec<Value>) {
     detach(async move {
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
-        let started = Instant::now();
-        let mut values = values;
-        let taken = loop {
-            if let Some(v) = values.take() {
-                break v;
-            }
-            // The request's slot is ours until this ends (`req`): its
-            // record cannot be replaced by a later request meanwhile.
-            let _ = &req;
-            if rt.is_shut_down() || started.elapsed() >= RESOLVE_WITHIN {
-                tracing::error!(target: "redwheel::queue", key = %keys.ready, "a dropped take's reply was lost and redis could not be asked again: a message may be lost");
-                return;
-            }
-            match rt
-                .call(&keys.ready, Access::Write, command.clone(), None)
-                .await
-            {
-                Ok(v) => values = Some(v),
-                Err(_) => {
-                    rt.wait_for(&Arc::new(Cell::default()), Some(backoff.step()))
-                        .await;
-                }
-            }
-        };
         let Some(Value::Array(items)) = taken.into_iter().next() else {
             return; // an error reply
         };

@@ -16,13 +16,13 @@ use futures_core::Stream;
 use parking_lot::Mutex;
 
 use super::running::{Held, Inner, Running, Shared};
-use crate::error::{Access, Error, ErrorKind};
+use crate::error::{Error, ErrorKind};
 use crate::queue::codec::Codec;
-use crate::queue::delivery::{Delivery, nack_keys};
+use crate::queue::delivery::Delivery;
 use crate::queue::handle::Queue;
 use crate::queue::options::ConsumerOptions;
-use crate::runtime::{Cell, Command, detach};
-use crate::scripts::{self, CLAIM_BATCH_MAX};
+use crate::runtime::Cell;
+use crate::scripts::CLAIM_BATCH_MAX;
 
 type Claiming<T> =
     Pin<Box<dyn Future<Output = Result<Vec<Result<Delivery<T>, Error>>, Error>> + Send>>;
@@ -70,8 +70,10 @@ impl<T: Codec> Queue<T> {
     ///
     /// **Cancellation**: dropping the stream (or a `next()` in progress)
     /// loses nothing: a claim on the wire when it is dropped gives its
-    /// messages back, and so does dropping the stream with claimed
-    /// deliveries not yet handed out.
+    /// messages back (as [`claim_async`](Queue::claim_async) does, also
+    /// after a lost reply, and while it parks an undecodable message), and
+    /// so does dropping the stream with claimed deliveries not yet handed
+    /// out.
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), redwheel::Error> {
@@ -213,29 +215,7 @@ impl<T: Codec> Drop for Deliveries<T> {
         for d in self.buffer.drain(..).flatten() {
             let Some(held) = &d.held else { continue };
             held.done();
-            let q = &d.queue;
-            let max = q.max_deliveries.to_string();
-            let command = Command::script(
-                &scripts::NACK,
-                &nack_keys(&q.state.keys),
-                &[
-                    d.id.as_str().as_bytes(),
-                    d.token.as_bytes(),
-                    b"0",
-                    max.as_bytes(),
-                    b"its stream was dropped",
-                ],
-            );
-            let (rt, route, id) = (
-                Arc::clone(q.rt()),
-                q.state.keys.inflight.clone(),
-                d.id.clone(),
-            );
-            detach(async move {
-                if let Err(e) = rt.call(&route, Access::Write, command, None).await {
-                    tracing::warn!(target: "redwheel::queue", key = %route, id = %id, error = %e, "a claimed delivery of a dropped stream could not be given back; it comes back when its visibility ends");
-                }
-            });
+            d.give_back_now("its stream was dropped");
         }
     }
 }

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::io::{Mux, Orphan, ReplySlot, Request};
+use super::io::{Abandoned, Mux, Orphan, ReplySlot, Request};
 use crate::error::{Access, Error, ErrorKind};
 use crate::runtime::backoff::Backoff;
-use crate::runtime::cluster::{Step, step_after};
+use crate::runtime::cluster::{Step, redirect_target, step_after};
 use crate::runtime::keyslot::slot;
 use crate::runtime::pool::TryRunError;
 use crate::runtime::shared::{Backend, Runtime};
@@ -66,7 +66,8 @@ impl Runtime {
     /// its place, after the redirects and waits above), or the error of
     /// the connection, classified by `access` as the synchronous calls do.
     /// `orphan` gets the replies (error replies included) if the future is
-    /// dropped after sending and they come.
+    /// dropped after sending and they come (see
+    /// [`resend_of_unresolved`](Call::resend_of_unresolved)).
     pub(crate) fn call(
         self: &Arc<Self>,
         route: &str,
@@ -86,6 +87,8 @@ impl Runtime {
             redirects: 0,
             state: State::Send { ask: None },
             orphan,
+            unsent_too: false,
+            asked: None,
             pause: None,
         }
     }
@@ -96,13 +99,17 @@ impl Runtime {
         Wait::new(cell, at_most, self.driver.wheel(), &self.asynk.shutdown)
     }
 
-    /// The mux to send to: the one server's, or, on a cluster, the one of
-    /// the node at `ask`, or of the master serving `route` (`Ok(None)`:
-    /// none is known; a refresh was asked for).
-    fn mux_for(&self, route: &str, ask: Option<&str>) -> Result<Option<Arc<Mux>>, Error> {
+    /// The mux to send to, and on a cluster its node's `host:port`: the
+    /// one server's, or, on a cluster, the one of the node at `ask`, or of
+    /// the master serving `route` (`Ok(None)`: none is known; a refresh was
+    /// asked for).
+    fn mux_for(&self, route: &str, ask: Option<&str>) -> Result<Option<Target>, Error> {
         let asy = &self.asynk;
         match &self.backend {
-            Backend::Node { .. } => asy.single().expect("a single-node mux").map(Some),
+            Backend::Node { .. } => asy
+                .single()
+                .expect("a single-node mux")
+                .map(|m| Some((m, None))),
             Backend::Cluster(c) => {
                 let addr = match ask {
                     Some(a) => a.to_owned(),
@@ -115,11 +122,15 @@ impl Runtime {
                     },
                 };
                 let node = c.node(&addr)?;
-                asy.node(&addr, &node.endpoint).map(Some)
+                asy.node(&addr, &node.endpoint)
+                    .map(|m| Some((m, Some(addr))))
             }
         }
     }
 }
+
+/// A node's mux, and on a cluster its `host:port`.
+type Target = (Arc<Mux>, Option<String>);
 
 /// The future of [`Runtime::call`].
 pub(crate) struct Call {
@@ -132,6 +143,12 @@ pub(crate) struct Call {
     redirects: usize,
     state: State,
     orphan: Option<Orphan>,
+    /// Dropped before its command is on the wire (or with it never
+    /// sent), the orphan is still called, with `None`.
+    unsent_too: bool,
+    /// The node the attempt in flight was sent to after `ASK` (sent there
+    /// again after its script is loaded there).
+    asked: Option<String>,
     /// Fired by the wheel when a pause ends (made on the first pause).
     pause: Option<Arc<Cell>>,
 }
@@ -145,6 +162,9 @@ enum State {
     Sent {
         slot: Arc<ReplySlot>,
         mux: Arc<Mux>,
+        /// The node's `host:port` (cluster), against which a redirect
+        /// naming only a port is read.
+        node: Option<String>,
         asking: bool,
         /// The slot holds `SCRIPT LOAD`'s reply, not the command's.
         loading: bool,
@@ -155,6 +175,16 @@ enum State {
 }
 
 impl Call {
+    /// Marks this call as a resend of a request whose earlier attempt may
+    /// have run unanswered: should the future be dropped before this
+    /// attempt is on the wire (or with it never sent), its orphan is
+    /// called with `None` all the same, so that it asks Redis what the
+    /// earlier one did.
+    pub(crate) fn resend_of_unresolved(mut self, unresolved: bool) -> Call {
+        self.unsent_too = unresolved;
+        self
+    }
+
     /// The budget's end: `command_timeout` after the call began.
     fn budget_left(&self) -> Duration {
         self.rt
@@ -178,7 +208,7 @@ impl Call {
 
     fn send(
         &mut self,
-        mux: Arc<Mux>,
+        (mux, node): Target,
         packed: Arc<[u8]>,
         count: usize,
         asking: bool,
@@ -189,11 +219,12 @@ impl Call {
             packed,
             count,
             slot: Arc::clone(&slot),
-            send_by: self.started + self.rt.options.command_timeout,
+            send_by: self.started.checked_add(self.rt.options.command_timeout),
         });
         self.state = State::Sent {
             slot,
             mux,
+            node,
             asking,
             loading,
         };
@@ -212,7 +243,7 @@ impl Call {
     /// Reads the replies of the command: done, or what to do next.
     fn on_replies(
         &mut self,
-        mux: Arc<Mux>,
+        (mux, node): Target,
         mut values: Vec<Value>,
         asking: bool,
     ) -> Option<Vec<Value>> {
@@ -228,34 +259,36 @@ impl Call {
             && self.budget_left() > Duration::ZERO
         {
             // Not run: load it where it was sent, then send again.
-            self.send(mux, load_command(script).into(), 1, false, true);
+            self.send((mux, node), load_command(script).into(), 1, false, true);
             return None;
         }
         if !self.is_cluster() {
             return Some(values);
         }
+        // A redirect naming only a port (`:7001`, from a node that does
+        // not know its own host) is to the redirecting node's host.
+        let target = |addr: &str| match &node {
+            Some(from) => redirect_target(from, addr),
+            None => addr.to_owned(),
+        };
         match step_after(&e) {
             Step::Ask(addr) if self.redirects < MAX_REDIRECTS => {
                 self.redirects += 1;
-                self.state = State::Send { ask: Some(addr) };
+                self.state = State::Send {
+                    ask: Some(target(&addr)),
+                };
                 None
             }
             Step::Moved(addr) if self.redirects < MAX_REDIRECTS => {
                 self.redirects += 1;
-                if let Backend::Cluster(c) = &self.rt.backend
-                    && !addr.starts_with(':')
-                {
+                if let Backend::Cluster(c) = &self.rt.backend {
                     // Route it where the reply says at once (as the
                     // synchronous call does); the refresh fixes the rest.
-                    c.moved(slot(self.route.as_bytes()), &addr);
-                    self.refresh_soon();
-                    self.state = State::Send { ask: None };
-                    return None;
+                    c.moved(slot(self.route.as_bytes()), &target(&addr));
                 }
                 self.refresh_soon();
-                // Give the refresh a moment (the synchronous call waits for
-                // it in place).
-                if self.pause() { None } else { Some(values) }
+                self.state = State::Send { ask: None };
+                None
             }
             Step::Wait { refresh } => {
                 if refresh {
@@ -293,8 +326,9 @@ impl Future for Call {
                 }
                 State::Send { ask } => {
                     let ask = ask.take();
+                    this.asked.clone_from(&ask);
                     match this.rt.mux_for(&this.route, ask.as_deref()) {
-                        Ok(Some(mux)) => {
+                        Ok(Some(to)) => {
                             let (packed, count) = match &ask {
                                 Some(_) => {
                                     let mut p = b"*1\r\n$6\r\nASKING\r\n".to_vec();
@@ -303,7 +337,7 @@ impl Future for Call {
                                 }
                                 None => (Arc::clone(&this.command.packed), this.command.count),
                             };
-                            this.send(mux, packed, count, ask.is_some(), false);
+                            this.send(to, packed, count, ask.is_some(), false);
                         }
                         Ok(None) => {
                             if !this.pause() {
@@ -323,6 +357,7 @@ impl Future for Call {
                 State::Sent {
                     slot,
                     mux,
+                    node,
                     asking,
                     loading,
                 } => {
@@ -330,7 +365,7 @@ impl Future for Call {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(r) => r,
                     };
-                    let (mux, asking, loading) = (Arc::clone(mux), *asking, *loading);
+                    let (to, asking, loading) = ((Arc::clone(mux), node.take()), *asking, *loading);
                     this.state = State::Done;
                     match result {
                         Ok(values) if loading => match values.first() {
@@ -338,10 +373,15 @@ impl Future for Call {
                                 let e: redis::RedisError = err.clone().into();
                                 return Poll::Ready(Err(Error::from_redis(e, Access::Read)));
                             }
-                            _ => this.state = State::Send { ask: None },
+                            // Loaded where it was sent: sent there again.
+                            _ => {
+                                this.state = State::Send {
+                                    ask: this.asked.take(),
+                                }
+                            }
                         },
                         Ok(values) => {
-                            if let Some(done) = this.on_replies(mux, values, asking) {
+                            if let Some(done) = this.on_replies(to, values, asking) {
                                 this.state = State::Done;
                                 return Poll::Ready(Ok(done));
                             }
@@ -372,14 +412,33 @@ impl Future for Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
-        if let State::Sent {
+        let State::Sent {
             slot,
             asking,
-            loading,
+            loading: false,
             ..
         } = &self.state
+        else {
+            // The command is not on the wire (to send, paused, or behind
+            // its script's `SCRIPT LOAD`), or the call completed.
+            let unsent = !matches!(self.state, State::Done | State::Sent { .. });
+            let loading = matches!(self.state, State::Sent { loading: true, .. });
+            if self.unsent_too
+                && (unsent || loading)
+                && let Some(f) = self.orphan.take()
+            {
+                super::io::contained("a dropped future's orphan", || f(None));
+            }
+            if let State::Sent { slot, .. } = &self.state {
+                slot.abandon(Abandoned {
+                    orphan: None,
+                    unsent_too: false,
+                });
+            }
+            return;
+        };
         {
-            let orphan = if *loading { None } else { self.orphan.take() };
+            let orphan = self.orphan.take();
             let orphan = match (orphan, *asking) {
                 (Some(f), true) => Some(Box::new(move |mut v: Option<Vec<Value>>| {
                     if let Some(v) = &mut v
@@ -391,7 +450,10 @@ impl Drop for Call {
                 }) as Orphan),
                 (f, _) => f,
             };
-            slot.abandon(orphan);
+            slot.abandon(Abandoned {
+                orphan,
+                unsent_too: self.unsent_too,
+            });
         }
     }
 }

@@ -18,7 +18,18 @@
 //! `OutcomeUnknown`), nothing is resent, and the next request opens a new
 //! one; connects are paced by the reconnect backoff, and a request that
 //! arrives while the last connect failed within the backoff fails at once
-//! as [`TryRunError::NotSent`] (nothing was written).
+//! as [`TryRunError::NotSent`] (nothing was written). A connection that
+//! sat idle for [`CHECK_IDLE_AFTER`] is checked with a `PING` before it
+//! carries a request (as the synchronous pool's are): one that died
+//! meanwhile (a restart, the server's idle timeout) is replaced before
+//! anything is written, rather than failing a write as of unknown outcome.
+//!
+//! Every request's slot is completed exactly once, whatever happens: a
+//! request still in the channel when the I/O thread ends (sent just as the
+//! mux closed) fails as not sent when the channel drops it, and user code
+//! run on the I/O thread (a waker, a dropped future's [`Orphan`] and the
+//! background work it starts) is caught if it panics, so it cannot end the
+//! node's I/O for every other future.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -34,21 +45,51 @@ use redis::Value;
 use crate::error::{Error, ErrorKind};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::endpoint::Endpoint;
-use crate::runtime::pool::{TryRunError, shut_down};
+use crate::runtime::pool::{CHECK_IDLE_AFTER, TryRunError, shut_down};
 
 /// What happens to the replies of a request whose future was dropped
 /// before it read them, on the thread that learns of them: called with
 /// the replies if they came (error replies included), or with `None` if
 /// the connection failed after the request was sent (it may have run).
-/// Not called for a request that was never sent.
+/// Not called for a request that was never sent, unless the request asks
+/// for it ([`Abandoned::unsent_too`]).
 pub(crate) type Orphan = Box<dyn FnOnce(Option<Vec<Value>>) + Send>;
 
-/// Hands `result` to `orphan` as [`Orphan`] says.
-fn orphaned(orphan: Option<Orphan>, result: Result<Vec<Value>, TryRunError>) {
-    match (orphan, result) {
-        (Some(f), Ok(values)) => f(Some(values)),
-        (Some(f), Err(TryRunError::Failed(_))) => f(None),
-        _ => {}
+/// What a dropped future leaves its request's slot: the orphan, and
+/// whether it is called (with `None`) if the request is never sent too (a
+/// resend of a request whose earlier attempt may have run: that attempt
+/// still needs an answer).
+pub(crate) struct Abandoned {
+    pub(crate) orphan: Option<Orphan>,
+    pub(crate) unsent_too: bool,
+}
+
+impl Abandoned {
+    /// Hands `result` to the orphan as [`Orphan`] says.
+    fn settle(self, result: Result<Vec<Value>, TryRunError>) {
+        let Some(f) = self.orphan else { return };
+        match result {
+            Ok(values) => contained("a dropped future's orphan", || f(Some(values))),
+            Err(TryRunError::Failed(_)) => contained("a dropped future's orphan", || f(None)),
+            Err(TryRunError::NotSent(_)) if self.unsent_too => {
+                contained("a dropped future's orphan", || f(None));
+            }
+            Err(TryRunError::NotSent(_)) => {}
+        }
+    }
+}
+
+/// Runs `f`, user code or work it started (a waker, an [`Orphan`]) on
+/// redwheel's I/O thread, catching and logging a panic (`who` names it),
+/// so that the thread goes on serving every other future.
+pub(crate) fn contained(who: &str, f: impl FnOnce()) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic payload".to_owned());
+        tracing::error!(target: "redwheel::runtime", "{who} panicked on a redwheel thread: {what}");
     }
 }
 
@@ -64,23 +105,31 @@ struct SlotState {
     result: Option<Result<Vec<Value>, TryRunError>>,
     waker: Option<Waker>,
     /// The future is gone: deliver the replies here instead (or drop them).
-    abandoned: Option<Option<Orphan>>,
+    abandoned: Option<Abandoned>,
+    /// Completed (the result may have been read since): later completions
+    /// are ignored.
+    done: bool,
 }
 
 impl ReplySlot {
-    /// Delivers the result (on the I/O thread).
+    /// Delivers the result (on the I/O thread), once: a slot already
+    /// completed keeps its first result.
     pub(crate) fn complete(&self, result: Result<Vec<Value>, TryRunError>) {
         let mut st = self.state.lock();
-        if let Some(orphan) = st.abandoned.take() {
+        if st.done {
+            return;
+        }
+        st.done = true;
+        if let Some(abandoned) = st.abandoned.take() {
             drop(st);
-            orphaned(orphan, result);
+            abandoned.settle(result);
             return;
         }
         st.result = Some(result);
         let waker = st.waker.take();
         drop(st);
         if let Some(w) = waker {
-            w.wake();
+            contained("a future's waker", || w.wake());
         }
     }
 
@@ -103,17 +152,18 @@ impl ReplySlot {
     }
 
     /// The future reading this slot is dropped: replies that came (or
-    /// come) go to `orphan`.
-    pub(crate) fn abandon(&self, orphan: Option<Orphan>) {
+    /// come) go to its orphan, as `abandoned` says.
+    pub(crate) fn abandon(&self, abandoned: Abandoned) {
         let mut st = self.state.lock();
         match st.result.take() {
             Some(result) => {
                 drop(st);
-                orphaned(orphan, result);
+                abandoned.settle(result);
             }
+            None if st.done => {} // read already: nothing is left to hand on
             None => {
                 st.waker = None;
-                st.abandoned = Some(orphan);
+                st.abandoned = Some(abandoned);
             }
         }
     }
@@ -126,8 +176,19 @@ pub(crate) struct Request {
     pub(crate) count: usize,
     pub(crate) slot: Arc<ReplySlot>,
     /// Past this instant it is not sent any more (the caller's budget is
-    /// spent): it fails as not sent.
-    pub(crate) send_by: Instant,
+    /// spent): it fails as not sent. `None`: no limit (a budget too long
+    /// for an `Instant`).
+    pub(crate) send_by: Option<Instant>,
+}
+
+impl Drop for Request {
+    /// A request dropped before its slot was completed was never written
+    /// (those written are completed by the I/O thread, and by
+    /// [`Io`]'s drop if it unwinds): the channel dropped it as the mux
+    /// closed. Its future learns so instead of waiting forever.
+    fn drop(&mut self) {
+        self.slot.complete(Err(TryRunError::NotSent(shut_down())));
+    }
 }
 
 enum Msg {
@@ -203,10 +264,30 @@ struct Io {
     /// On the wire, oldest first, with the replies read so far.
     wire: VecDeque<(Request, Vec<Value>)>,
     backoff: Backoff,
-    /// After a failed connect: no new attempt before this, and its error.
-    down: Option<(Instant, Error)>,
+    /// After a failed connect: no new attempt before this (`None`: none
+    /// at all, the backoff being longer than an `Instant` reaches), and
+    /// its error.
+    down: Option<(Option<Instant>, Error)>,
     buf: Vec<u8>,
     closing: bool,
+    /// When the connection last answered (or was opened): idle since.
+    used: Instant,
+}
+
+impl Drop for Io {
+    /// The thread is ending, unwinding from a panic if anything is still
+    /// on the wire: those requests may have run.
+    fn drop(&mut self) {
+        for (req, _) in self.wire.drain(..) {
+            req.slot
+                .complete(Err(TryRunError::Failed(redis::RedisError::from(
+                    std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "the mux I/O thread ended with the command on the wire",
+                    ),
+                ))));
+        }
+    }
 }
 
 impl Io {
@@ -228,6 +309,7 @@ impl Io {
             down: None,
             buf: Vec::new(),
             closing: false,
+            used: Instant::now(),
         }
     }
 
@@ -283,7 +365,7 @@ impl Io {
         self.buf.clear();
         let mut sending = Vec::with_capacity(batch.len());
         for r in batch.drain(..) {
-            if now > r.send_by {
+            if r.send_by.is_some_and(|by| now > by) {
                 r.slot.complete(Err(TryRunError::NotSent(Error::new(
                     ErrorKind::Unavailable,
                     format!(
@@ -320,11 +402,12 @@ impl Io {
     /// Opens the connection if there is none, unless the last attempt
     /// failed within the backoff.
     fn connect(&mut self) -> Result<(), Error> {
+        self.check_idle();
         if self.con.is_some() {
             return Ok(());
         }
         if let Some((retry_at, e)) = &self.down
-            && Instant::now() < *retry_at
+            && retry_at.is_none_or(|at| Instant::now() < at)
         {
             return Err(copy(e));
         }
@@ -338,13 +421,34 @@ impl Io {
                 }
                 self.backoff.reset();
                 self.con = Some(con);
+                self.used = Instant::now();
                 Ok(())
             }
             Err(e) => {
                 let wait = self.backoff.step();
                 tracing::debug!(target: "redwheel::runtime", node = self.endpoint.addr(), error = %e, retry_in_ms = wait.as_millis() as u64, "mux: cannot connect");
-                self.down = Some((Instant::now() + wait, copy(&e)));
+                // A backoff too long for an `Instant`: no new attempt.
+                self.down = Some((Instant::now().checked_add(wait), copy(&e)));
                 Err(e)
+            }
+        }
+    }
+
+    /// Drops the connection if it sat idle for [`CHECK_IDLE_AFTER`] and
+    /// does not answer a `PING` now (nothing of the next requests is
+    /// written yet, so they go on a new one instead).
+    fn check_idle(&mut self) {
+        if !self.wire.is_empty() || self.used.elapsed() < CHECK_IDLE_AFTER {
+            return;
+        }
+        let Some(con) = self.con.as_mut() else {
+            return;
+        };
+        match redis::cmd("PING").query::<()>(con) {
+            Ok(()) => self.used = Instant::now(),
+            Err(e) => {
+                tracing::debug!(target: "redwheel::runtime", node = self.endpoint.addr(), error = %e, "mux: the idle connection died; opening a new one");
+                self.con = None;
             }
         }
     }
@@ -357,6 +461,7 @@ impl Io {
         match con.recv_response() {
             Ok(Value::Push { .. }) => {}
             Ok(v) => {
+                self.used = Instant::now();
                 let (req, got) = self.wire.front_mut().expect("a request on the wire");
                 got.push(v);
                 if got.len() == req.count {
@@ -398,4 +503,66 @@ fn same_error(e: &redis::RedisError) -> redis::RedisError {
         std::io::ErrorKind::ConnectionReset
     };
     redis::RedisError::from(std::io::Error::new(kind, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop_cx() -> Context<'static> {
+        Context::from_waker(Waker::noop())
+    }
+
+    /// A request sent as the mux closes (it passed the closed check just
+    /// before `close`, or came after the I/O thread's last look at the
+    /// channel) is still in the channel when the thread ends, and is
+    /// dropped with it: its future learns of the shutdown.
+    #[test]
+    fn a_request_the_channel_drops_at_shutdown_completes_its_slot() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let slot = Arc::new(ReplySlot::default());
+        let request = Request {
+            packed: Arc::from(&b"*1\r\n$4\r\nPING\r\n"[..]),
+            count: 1,
+            slot: Arc::clone(&slot),
+            send_by: None,
+        };
+        assert!(tx.send(Msg::Request(request)).is_ok());
+        drop(rx); // the I/O thread ends, its channel with it
+        match slot.poll_result(&mut noop_cx()) {
+            Poll::Ready(Err(TryRunError::NotSent(e))) => assert_eq!(e.kind(), ErrorKind::Shutdown),
+            Poll::Ready(_) => panic!("another result"),
+            Poll::Pending => panic!("its future would wait forever"),
+        }
+    }
+
+    /// A slot completes once: a request dropped after its reply came keeps
+    /// the reply.
+    #[test]
+    fn a_completed_slot_keeps_its_first_result() {
+        let slot = Arc::new(ReplySlot::default());
+        drop(Request {
+            packed: Arc::from(&b""[..]),
+            count: 1,
+            slot: Arc::clone(&slot),
+            send_by: None,
+        });
+        slot.complete(Ok(vec![Value::Okay]));
+        assert!(matches!(
+            slot.poll_result(&mut noop_cx()),
+            Poll::Ready(Err(TryRunError::NotSent(_)))
+        ));
+        let slot = Arc::new(ReplySlot::default());
+        slot.complete(Ok(vec![Value::Okay]));
+        drop(Request {
+            packed: Arc::from(&b""[..]),
+            count: 1,
+            slot: Arc::clone(&slot),
+            send_by: None,
+        });
+        assert!(matches!(
+            slot.poll_result(&mut noop_cx()),
+            Poll::Ready(Ok(v)) if v == [Value::Okay]
+        ));
+    }
 }

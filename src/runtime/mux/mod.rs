@@ -12,11 +12,15 @@
 //! thread), `set.rs` (the muxes of one `Redwheel`, started on first use,
 //! and what its futures share), `call.rs` (one call as a future: routing,
 //! redirects, `NOSCRIPT`, no resend after a possible write).
+//!
+//! Code of the futures' users that runs on redwheel's threads (wakers,
+//! what a dropped future leaves behind) runs under [`contained`]: a panic
+//! in it is logged and goes no further.
 
 mod call;
 mod io;
 mod set;
 
-pub(crate) use self::call::{Command, first_reply};
-pub(crate) use self::io::{MuxConfig, Orphan};
+pub(crate) use self::call::{Call, Command, first_reply};
+pub(crate) use self::io::{MuxConfig, Orphan, contained};
 pub(crate) use self::set::AsyncRuntime;
