@@ -198,23 +198,52 @@ impl Lock {
     /// # Ok::<(), redwheel::Error>(())
     /// ```
     pub fn force_unlock(&self) -> Result<bool, Error> {
+        Ok(self.force_release(None)? == 1)
+    }
+
+    /// Releases the lock only while `holder` holds the acquisition whose
+    /// fencing token is `token` (what an operator saw: the dashboard's
+    /// force-unlock); otherwise changes nothing.
+    #[cfg(feature = "web")]
+    pub(crate) fn force_unlock_held(
+        &self,
+        holder: &str,
+        token: u64,
+    ) -> Result<ForcedRelease, Error> {
+        Ok(match self.force_release(Some((holder, token)))? {
+            1 => ForcedRelease::Released,
+            0 => ForcedRelease::NotHeld,
+            _ => ForcedRelease::HeldByAnother,
+        })
+    }
+
+    /// `lock_force_release.lua` (its reply), unconditional or for one
+    /// holder and token; this process's holds it released (every one for
+    /// an unconditional release) are marked lost.
+    fn force_release(&self, only: Option<(&str, u64)>) -> Result<i64, Error> {
         let st = self.valid_state()?;
         let span = telemetry::lock_op("lock_force_release", &st.name);
         let n: i64 = self
             .rt()
             .run(&st.keys.lock, Access::Write, |con| {
-                scripts::LOCK_FORCE_RELEASE
-                    .key(&st.keys.lock)
-                    .key(&st.keys.channel)
-                    .invoke(con)
+                let mut inv = scripts::LOCK_FORCE_RELEASE.prepare_invoke();
+                inv.key(&st.keys.lock).key(&st.keys.channel);
+                if let Some((holder, token)) = only {
+                    inv.arg(token).arg(holder);
+                }
+                inv.invoke(con)
             })
             .map_err(|e| self.wrap(e, "could not force the unlock"))?;
         drop(span);
-        let holds: Vec<Arc<Hold>> = st.holds.lock().values().cloned().collect();
-        for h in holds {
-            h.lose(LostCause::ForceUnlocked);
+        if only.is_none() || n == 1 {
+            let holds: Vec<Arc<Hold>> = st.holds.lock().values().cloned().collect();
+            for h in holds {
+                if only.is_none_or(|(_, token)| h.token() == token) {
+                    h.lose(LostCause::ForceUnlocked);
+                }
+            }
         }
-        Ok(n == 1)
+        Ok(n)
     }
 
     pub(super) fn rt(&self) -> &Arc<Runtime> {
@@ -270,4 +299,16 @@ impl Lock {
         }
         Ok(Duration::from_millis(lease_ms(lease)))
     }
+}
+
+/// What [`Lock::force_unlock_held`] found.
+#[cfg(feature = "web")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ForcedRelease {
+    /// The holder held it with that token: released.
+    Released,
+    /// Nobody holds it.
+    NotHeld,
+    /// Held, by another holder or another acquisition: left as it is.
+    HeldByAnother,
 }

@@ -152,6 +152,8 @@ pub use self::guard::LockGuard;
 #[cfg(feature = "async")]
 #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
 pub use self::guard_async::AsyncLockGuard;
+#[cfg(feature = "web")]
+pub(crate) use self::handle::ForcedRelease;
 pub use self::handle::Lock;
 pub use self::keys::MAX_NAME_LEN;
 pub use self::lease::{DEFAULT_WATCHDOG_LEASE, MAX_LEASE, MIN_WATCHDOG_LEASE};

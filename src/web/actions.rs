@@ -8,11 +8,14 @@ use serde_json::{Value, json};
 use super::model;
 use super::router::Action;
 use crate::error::{Error, ErrorKind};
+use crate::lock::ForcedRelease;
 use crate::queue::{MessageId, Queue};
 use crate::runtime::Redwheel;
 
-/// Dead letters requeued per call when all are asked for.
+/// Dead letters requeued per call.
 const REQUEUE_BATCH: usize = 1_000;
+/// The most `?count=` may ask for.
+pub(crate) const MAX_COUNT: usize = 1_000_000;
 
 /// An HTTP status and a JSON body.
 #[derive(Debug, Clone)]
@@ -51,26 +54,42 @@ impl Outcome {
     }
 }
 
-/// How many dead letters to requeue: `?count=N` (N >= 1) or all.
+/// How many dead letters to requeue: `?count=N` (1 ..= [`MAX_COUNT`]) or
+/// all.
 pub(crate) fn requeue_count(param: Option<&str>) -> Result<Option<usize>, String> {
     match param {
         None | Some("all") | Some("") => Ok(None),
         Some(n) => match n.parse::<usize>() {
-            Ok(n) if n >= 1 => Ok(Some(n)),
-            _ => Err(format!("count must be a number >= 1 or `all`, not {n:?}")),
+            Ok(n) if (1..=MAX_COUNT).contains(&n) => Ok(Some(n)),
+            _ => Err(format!(
+                "count must be a number from 1 to {MAX_COUNT} or `all`, not {n:?}"
+            )),
         },
     }
 }
 
-/// Does `action`.
-pub(crate) fn perform(rw: &Redwheel, action: &Action, count: Option<usize>) -> Outcome {
+/// The acquisition a force-unlock is for: the holder and the fencing
+/// token the page showed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shown {
+    pub holder: Option<String>,
+    pub fencing_token: Option<String>,
+}
+
+/// Does `action` (`shown` is read by a force-unlock only).
+pub(crate) fn perform(
+    rw: &Redwheel,
+    action: &Action,
+    count: Option<usize>,
+    shown: &Shown,
+) -> Outcome {
     let done = match action {
         Action::RequeueDead { queue } => requeue(rw, queue, count),
         Action::Remove { queue, id } => remove(rw, queue, id),
         Action::Pause { queue } => pause(rw, queue, true),
         Action::Resume { queue } => pause(rw, queue, false),
         Action::TriggerSchedule { queue, schedule } => trigger(rw, queue, schedule),
-        Action::ForceUnlock { lock } => force_unlock(rw, lock),
+        Action::ForceUnlock { lock } => force_unlock(rw, lock, shown),
     };
     done.unwrap_or_else(|e| Outcome::from_error(&e))
 }
@@ -91,24 +110,20 @@ fn requeue(rw: &Redwheel, name: &str, count: Option<usize>) -> Result<Outcome, E
         Ok(q) => q,
         Err(missing) => return Ok(missing),
     };
-    let inspector = rw.inspect_queue(name)?;
-    let requeued = match count {
-        Some(n) => q.requeue_dead(n)?,
-        None => {
-            // In batches, and no more than there were: letters that die
-            // again meanwhile wait for the next click.
-            let there = inspector.stats()?.dead;
-            let mut total = 0u64;
-            while total < there {
-                let n = q.requeue_dead(REQUEUE_BATCH.min((there - total) as usize))?;
-                total += n;
-                if n == 0 {
-                    break;
-                }
-            }
-            total
-        }
+    // In batches, and no more than there were (or were asked for):
+    // letters that die again meanwhile wait for the next click.
+    let target = match count {
+        Some(n) => n as u64,
+        None => rw.inspect_queue(name)?.stats()?.dead,
     };
+    let mut requeued = 0u64;
+    while requeued < target {
+        let n = q.requeue_dead(REQUEUE_BATCH.min((target - requeued) as usize))?;
+        requeued += n;
+        if n == 0 {
+            break;
+        }
+    }
     Ok(Outcome::ok(json!({
         "ok": true,
         "queue": name,
@@ -177,19 +192,54 @@ fn trigger(rw: &Redwheel, name: &str, schedule: &str) -> Result<Outcome, Error> 
     }
 }
 
-fn force_unlock(rw: &Redwheel, name: &str) -> Result<Outcome, Error> {
-    if rw.lock(name).force_unlock()? {
-        Ok(Outcome::ok(json!({
+fn force_unlock(rw: &Redwheel, name: &str, shown: &Shown) -> Result<Outcome, Error> {
+    let (Some(holder), Some(token)) = (shown.holder.as_deref(), shown.fencing_token.as_deref())
+    else {
+        return Ok(Outcome {
+            status: 400,
+            body: model::error(
+                "invalid input",
+                "force-unlock releases only the acquisition it was shown: send its `holder` and \
+                 `fencing_token` (GET /api/locks)",
+            ),
+        });
+    };
+    let Ok(token) = token.parse::<u64>() else {
+        return Ok(Outcome {
+            status: 400,
+            body: model::error(
+                "invalid input",
+                &format!("fencing_token must be a number, not {token:?}"),
+            ),
+        });
+    };
+    let not_released = |status, kind, message: String| {
+        let mut o = Outcome {
+            status,
+            body: model::error(kind, &message),
+        };
+        o.body["released"] = json!(false);
+        o
+    };
+    Ok(match rw.lock(name).force_unlock_held(holder, token)? {
+        ForcedRelease::Released => Outcome::ok(json!({
             "ok": true,
             "lock": name,
             "released": true,
-            "message": format!("force-unlocked {name}"),
-        })))
-    } else {
-        let mut o = Outcome::not_found(format!("lock {name:?} is not held"));
-        o.body["released"] = json!(false);
-        Ok(o)
-    }
+            "message": format!("force-unlocked {name} (held by {holder}, fencing token {token})"),
+        })),
+        ForcedRelease::NotHeld => {
+            not_released(404, "not found", format!("lock {name:?} is not held"))
+        }
+        ForcedRelease::HeldByAnother => not_released(
+            409,
+            "conflict",
+            format!(
+                "lock {name:?} is no longer held by {holder} with fencing token {token}: \
+                 nothing was released; look again"
+            ),
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -204,5 +254,8 @@ mod tests {
         assert!(requeue_count(Some("0")).is_err());
         assert!(requeue_count(Some("-1")).is_err());
         assert!(requeue_count(Some("x")).is_err());
+        assert_eq!(requeue_count(Some("1000000")), Ok(Some(MAX_COUNT)));
+        assert!(requeue_count(Some("1000001")).is_err());
+        assert!(requeue_count(Some("18446744073709551615")).is_err());
     }
 }

@@ -7,6 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
 /// Why a bounded call gave no result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Late {
@@ -16,6 +19,8 @@ pub(crate) enum Late {
     Busy,
     /// No thread could be started.
     Spawn,
+    /// The dashboard is stopping (the call goes on in the background).
+    Stopping,
 }
 
 impl Late {
@@ -24,16 +29,21 @@ impl Late {
             Late::TimedOut => format!("Redis did not answer within {} ms", limit.as_millis()),
             Late::Busy => "Redis is not answering: earlier requests are still waiting".to_owned(),
             Late::Spawn => "the dashboard could not start a thread".to_owned(),
+            Late::Stopping => "the dashboard is stopping".to_owned(),
         }
     }
 }
 
-/// Runs calls on helper threads and waits for each at most `limit`.
+/// Runs calls on helper threads and waits for each at most `limit`, or
+/// until [`cancel`](Bounded::cancel).
 #[derive(Debug)]
 pub(crate) struct Bounded {
     limit: Duration,
     max_running: usize,
     running: Arc<AtomicUsize>,
+    /// Disconnected by `cancel`: every wait ends.
+    cancelled: Receiver<()>,
+    cancel: Mutex<Option<Sender<()>>>,
 }
 
 /// Decrements the count of running calls when the helper thread ends,
@@ -48,11 +58,19 @@ impl Drop for Running {
 
 impl Bounded {
     pub(crate) fn new(limit: Duration, max_running: usize) -> Bounded {
+        let (tx, rx) = crossbeam_channel::bounded(0);
         Bounded {
             limit,
             max_running,
             running: Arc::new(AtomicUsize::new(0)),
+            cancelled: rx,
+            cancel: Mutex::new(Some(tx)),
         }
+    }
+
+    /// Ends every wait, now and later, with [`Late::Stopping`].
+    pub(crate) fn cancel(&self) {
+        self.cancel.lock().take();
     }
 
     pub(crate) fn limit(&self) -> Duration {
@@ -80,7 +98,11 @@ impl Bounded {
             tracing::warn!(target: "redwheel::web", error = %e, "could not start a helper thread");
             return Err(Late::Spawn);
         }
-        rx.recv_timeout(self.limit).map_err(|_| Late::TimedOut)
+        crossbeam_channel::select! {
+            recv(rx) -> r => r.map_err(|_| Late::TimedOut),
+            recv(self.cancelled) -> _ => Err(Late::Stopping),
+            default(self.limit) => Err(Late::TimedOut),
+        }
     }
 }
 
@@ -112,5 +134,26 @@ mod tests {
                 Err(e) => panic!("{e:?}"),
             }
         }
+    }
+
+    #[test]
+    fn cancel_ends_a_wait_at_once_and_every_later_one() {
+        let b = Arc::new(Bounded::new(Duration::from_secs(3_600), 4));
+        let (release, held) = crossbeam_channel::bounded::<()>(0);
+        let waiting = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || {
+                b.run(move || {
+                    let _ = held.recv();
+                })
+            })
+        };
+        b.cancel();
+        assert_eq!(waiting.join().unwrap(), Err(Late::Stopping));
+        assert_eq!(
+            b.run(|| std::thread::sleep(Duration::from_millis(50))),
+            Err(Late::Stopping)
+        );
+        drop(release);
     }
 }

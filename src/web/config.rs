@@ -12,7 +12,13 @@ pub(crate) struct Config {
     pub rescan: Duration,
     pub page_timeout: Duration,
     pub overdue_alert: Duration,
+    /// Host names a request's `Host` may name besides the listening
+    /// address (`Dashboard::allow_host`), lowercase.
+    pub allow_hosts: Vec<String>,
+    /// Connection threads: connections served at once.
     pub workers: usize,
+    /// Accepted connections waiting for a thread; past them, 503.
+    pub backlog: usize,
 }
 
 impl Default for Config {
@@ -24,7 +30,9 @@ impl Default for Config {
             rescan: Duration::from_secs(30),
             page_timeout: Duration::from_secs(2),
             overdue_alert: Duration::from_secs(60),
-            workers: 4,
+            allow_hosts: Vec::new(),
+            workers: 32,
+            backlog: 64,
         }
     }
 }

@@ -1,6 +1,14 @@
 //! Who may do what: the `Host` check (DNS rebinding), the same-origin
-//! check of actions (cross-site requests) and the token. Pure functions of
-//! the request's headers.
+//! check of actions (cross-site requests, failing closed) and the token.
+//! Pure functions of the request's headers.
+
+use std::net::IpAddr;
+
+/// The header a script or a tool sends with an action that carries
+/// neither `Origin` nor `Referer` (and no token): no form can send it, and
+/// no page of another site can without a CORS preflight, which the
+/// dashboard never grants.
+pub(crate) const ACTION_HEADER: &str = "X-Redwheel-Action";
 
 /// The headers the checks read.
 #[derive(Debug, Clone, Copy, Default)]
@@ -9,15 +17,21 @@ pub(crate) struct Headers<'a> {
     pub origin: Option<&'a str>,
     pub referer: Option<&'a str>,
     pub authorization: Option<&'a str>,
+    /// [`ACTION_HEADER`]'s value.
+    pub action: Option<&'a str>,
 }
 
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// A `Host` that is not a loopback name, on a loopback listener (421).
+    /// A `Host` that is neither the listening address nor an allowed name
+    /// (421).
     ForeignHost,
     /// An action that a browser marks as coming from another site (403).
     CrossSite,
+    /// An action with neither `Origin` nor `Referer`, nor the token, nor
+    /// [`ACTION_HEADER`] (403).
+    Unmarked,
     /// The dashboard is read-only (403).
     ReadOnly,
     /// No token, or a wrong one (401).
@@ -28,7 +42,7 @@ impl Refusal {
     pub(crate) fn status(self) -> u16 {
         match self {
             Refusal::ForeignHost => 421,
-            Refusal::CrossSite | Refusal::ReadOnly => 403,
+            Refusal::CrossSite | Refusal::Unmarked | Refusal::ReadOnly => 403,
             Refusal::Token => 401,
         }
     }
@@ -36,55 +50,96 @@ impl Refusal {
     pub(crate) fn message(self) -> &'static str {
         match self {
             Refusal::ForeignHost => {
-                "this dashboard listens on loopback and answers only to a loopback host name"
+                "this dashboard does not answer to that Host: only to its listening address, \
+                 loopback names on loopback, and the names allowed with --allow-host"
             }
             Refusal::CrossSite => "refused: the request comes from another site",
+            Refusal::Unmarked => {
+                "refused: an action with neither Origin nor Referer needs the token or the \
+                 X-Redwheel-Action header"
+            }
             Refusal::ReadOnly => "refused: the dashboard is read-only",
             Refusal::Token => "a token is needed: send Authorization: Bearer <token>",
         }
     }
 }
 
-/// Every request: on a loopback listener, `Host` must name loopback
-/// (`localhost`, `127.x.y.z`, `[::1]`), so that a page whose own host name
-/// was rebound to 127.0.0.1 cannot read or act. No `Host` (HTTP/1.0, no
-/// browser) is let through.
-pub(crate) fn check_host(h: &Headers<'_>, loopback: bool) -> Result<(), Refusal> {
+/// The host names a listener answers to.
+#[derive(Debug, Clone)]
+pub(crate) struct Hosts {
+    /// The listening address.
+    pub listen: IpAddr,
+    /// More names (lowercase, no trailing dot).
+    pub allowed: Vec<String>,
+}
+
+impl Hosts {
+    /// True if `Host: host` names this listener: an allowed name; the
+    /// listening address (any address, listening on all of them; any
+    /// loopback address, on loopback); a loopback name (`localhost`,
+    /// `*.localhost`) on a listener that takes loopback. A name of
+    /// someone else's rebound to this machine is none of these.
+    fn answers(&self, host: &str) -> bool {
+        let name = host_name(host).trim_end_matches('.').to_ascii_lowercase();
+        if self.allowed.contains(&name) {
+            return true;
+        }
+        let on_loopback = self.listen.is_loopback() || self.listen.is_unspecified();
+        match name.parse::<IpAddr>() {
+            Ok(ip) => {
+                self.listen.is_unspecified()
+                    || ip == self.listen
+                    || (self.listen.is_loopback() && ip.is_loopback())
+            }
+            Err(_) => on_loopback && is_loopback_name(&name),
+        }
+    }
+}
+
+/// Every request: `Host` must name this listener ([`Hosts::answers`]), so
+/// that a page whose own host name was rebound to this machine cannot
+/// read or act. No `Host` (HTTP/1.0, no browser) is let through.
+pub(crate) fn check_host(h: &Headers<'_>, hosts: &Hosts) -> Result<(), Refusal> {
     match h.host {
-        Some(host) if loopback && !is_loopback_name(host_name(host)) => Err(Refusal::ForeignHost),
+        Some(host) if !hosts.answers(host) => Err(Refusal::ForeignHost),
         _ => Ok(()),
     }
 }
 
-/// Every action, in this order: same origin, not read-only, the token.
+/// Every action, in this order: not from another site, not read-only,
+/// the token; with no token set, a request that no browser marked as
+/// same-origin must carry [`ACTION_HEADER`].
 pub(crate) fn check_action(
     h: &Headers<'_>,
     read_only: bool,
     token: Option<&str>,
 ) -> Result<(), Refusal> {
-    if !same_origin(h) {
-        return Err(Refusal::CrossSite);
-    }
+    let same_origin = match claimed_origin(h) {
+        Some(claimed) if !names_host(claimed, h.host) => return Err(Refusal::CrossSite),
+        Some(_) => true,
+        None => false,
+    };
     if read_only {
         return Err(Refusal::ReadOnly);
     }
     match token {
         Some(expected) if !bearer_matches(h.authorization, expected) => Err(Refusal::Token),
-        _ => Ok(()),
+        Some(_) => Ok(()),
+        None if same_origin || h.action.is_some_and(|v| !v.is_empty()) => Ok(()),
+        None => Err(Refusal::Unmarked),
     }
 }
 
-/// True unless the browser says the request comes from another origin:
-/// `Origin` (else `Referer`) must name the host and port of `Host`.
-/// Neither header (a client that is not a browser) passes; `Origin: null`
-/// (a sandboxed frame, a file) does not.
-fn same_origin(h: &Headers<'_>) -> bool {
-    let claimed = match (h.origin, h.referer) {
-        (Some(origin), _) => origin,
-        (None, Some(referer)) => referer,
-        (None, None) => return true,
-    };
-    let (Some(from), Some(host)) = (authority(claimed), h.host) else {
+/// What the browser says the request comes from: `Origin`, else
+/// `Referer`.
+fn claimed_origin<'a>(h: &Headers<'a>) -> Option<&'a str> {
+    h.origin.or(h.referer)
+}
+
+/// True if `claimed` (an origin or a URL) names the host and port of
+/// `Host`; `Origin: null` (a sandboxed frame, a file) never does.
+fn names_host(claimed: &str, host: Option<&str>) -> bool {
+    let (Some(from), Some(host)) = (authority(claimed), host) else {
         return false;
     };
     from.eq_ignore_ascii_case(&strip_default_port(host, "http"))
@@ -115,19 +170,26 @@ fn strip_default_port(auth: &str, scheme: &str) -> String {
 }
 
 /// The host name of a `Host` value (`name`, `name:port`, `[v6]:port`).
-fn host_name(host: &str) -> &str {
+pub(crate) fn host_name(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }
     host.rsplit_once(':').map_or(host, |(name, _)| name)
 }
 
+/// True for a name `allow_host` takes: a DNS name (letters, digits, `-`
+/// and `.`, not empty) or an address.
+pub(crate) fn is_host_name(name: &str) -> bool {
+    name.parse::<IpAddr>().is_ok()
+        || (!name.is_empty()
+            && name.len() <= 253
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
+}
+
 fn is_loopback_name(name: &str) -> bool {
-    if name.eq_ignore_ascii_case("localhost") || name.to_ascii_lowercase().ends_with(".localhost") {
-        return true;
-    }
-    name.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_loopback())
+    name.eq_ignore_ascii_case("localhost") || name.to_ascii_lowercase().ends_with(".localhost")
 }
 
 /// `Authorization: Bearer <expected>`, compared in time independent of
@@ -155,30 +217,77 @@ mod tests {
             host: Some(host),
             origin,
             referer,
-            authorization: None,
+            ..Headers::default()
+        }
+    }
+
+    fn hosts(listen: &str, allowed: &[&str]) -> Hosts {
+        Hosts {
+            listen: listen.parse().unwrap(),
+            allowed: allowed.iter().map(|a| (*a).to_owned()).collect(),
         }
     }
 
     #[test]
     fn a_loopback_listener_answers_loopback_host_names_only() {
+        let lo = hosts("127.0.0.1", &[]);
         for host in [
             "127.0.0.1:7780",
             "localhost:1",
             "LOCALHOST",
+            "dash.localhost.",
             "[::1]:80",
             "127.1.2.3",
         ] {
-            assert_eq!(check_host(&with(host, None, None), true), Ok(()), "{host}");
+            assert_eq!(check_host(&with(host, None, None), &lo), Ok(()), "{host}");
         }
-        for host in ["evil.example:7780", "10.0.0.1:7780", "[2001:db8::1]:1"] {
+        for host in [
+            "evil.example:7780",
+            "10.0.0.1:7780",
+            "[2001:db8::1]:1",
+            "localhost.evil.example",
+        ] {
             assert_eq!(
-                check_host(&with(host, None, None), true),
+                check_host(&with(host, None, None), &lo),
                 Err(Refusal::ForeignHost),
                 "{host}"
             );
-            assert_eq!(check_host(&with(host, None, None), false), Ok(()));
         }
-        assert_eq!(check_host(&Headers::default(), true), Ok(()));
+        assert_eq!(check_host(&Headers::default(), &lo), Ok(()));
+        let named = hosts("127.0.0.1", &["dash.example"]);
+        assert_eq!(
+            check_host(&with("Dash.Example:443", None, None), &named),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_listener_beyond_loopback_answers_its_address_and_the_allowed_names() {
+        let one = hosts("10.0.0.5", &["dash.example"]);
+        for ok in ["10.0.0.5:7780", "dash.example", "DASH.example.:7780"] {
+            assert_eq!(check_host(&with(ok, None, None), &one), Ok(()), "{ok}");
+        }
+        for bad in [
+            "evil.example:7780",
+            "10.0.0.6",
+            "localhost",
+            "127.0.0.1",
+            "dash.example.evil.example",
+        ] {
+            assert_eq!(
+                check_host(&with(bad, None, None), &one),
+                Err(Refusal::ForeignHost),
+                "{bad}"
+            );
+        }
+        let all = hosts("0.0.0.0", &[]);
+        for ok in ["10.0.0.6:1", "[2001:db8::1]:1", "127.0.0.1", "localhost"] {
+            assert_eq!(check_host(&with(ok, None, None), &all), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            check_host(&with("evil.example", None, None), &all),
+            Err(Refusal::ForeignHost)
+        );
     }
 
     #[test]
@@ -187,7 +296,6 @@ mod tests {
         let ok = [
             (Some("http://127.0.0.1:7780"), None),
             (None, Some("http://127.0.0.1:7780/queues/x?y=1")),
-            (None, None),
         ];
         for (origin, referer) in ok {
             assert_eq!(
@@ -203,10 +311,18 @@ mod tests {
             (Some("http://evil.example"), Some("http://127.0.0.1:7780/")),
         ];
         for (origin, referer) in bad {
+            let mut h = with(host, origin, referer);
             assert_eq!(
-                check_action(&with(host, origin, referer), false, None),
+                check_action(&h, false, None),
                 Err(Refusal::CrossSite),
                 "{origin:?} {referer:?}"
+            );
+            // Neither the mark nor the token makes a cross-site request pass.
+            h.action = Some("1");
+            h.authorization = Some("Bearer t0k");
+            assert_eq!(
+                check_action(&h, false, Some("t0k")),
+                Err(Refusal::CrossSite)
             );
         }
         assert_eq!(
@@ -217,6 +333,21 @@ mod tests {
             ),
             Ok(())
         );
+    }
+
+    #[test]
+    fn an_action_no_browser_marked_needs_the_header_or_the_token() {
+        let mut h = with("127.0.0.1:7780", None, None);
+        assert_eq!(check_action(&h, false, None), Err(Refusal::Unmarked));
+        h.action = Some("");
+        assert_eq!(check_action(&h, false, None), Err(Refusal::Unmarked));
+        h.action = Some("1");
+        assert_eq!(check_action(&h, false, None), Ok(()));
+        // With a token set, the token is what counts.
+        assert_eq!(check_action(&h, false, Some("t0k")), Err(Refusal::Token));
+        h.action = None;
+        h.authorization = Some("Bearer t0k");
+        assert_eq!(check_action(&h, false, Some("t0k")), Ok(()));
     }
 
     #[test]

@@ -85,6 +85,29 @@ pub(crate) enum Nav {
 /// A whole page: `title` (text), the live part (`live`, HTML that the
 /// page's script replaces on each refresh) under the Redis banner.
 pub(crate) fn page(title: &str, nav: Nav, config: &Config, view: &View, live: &str) -> String {
+    frame(title, nav, config, view, live, config.refresh.as_millis())
+}
+
+/// As [`page`], for a page the script does not refresh (the answer to a
+/// form: a confirmation, an action's outcome).
+pub(crate) fn page_static(
+    title: &str,
+    nav: Nav,
+    config: &Config,
+    view: &View,
+    live: &str,
+) -> String {
+    frame(title, nav, config, view, live, 0)
+}
+
+fn frame(
+    title: &str,
+    nav: Nav,
+    config: &Config,
+    view: &View,
+    live: &str,
+    refresh_ms: u128,
+) -> String {
     let mut out = String::with_capacity(live.len() + 2_048);
     let _ = write!(
         out,
@@ -116,7 +139,7 @@ pub(crate) fn page(title: &str, nav: Nav, config: &Config, view: &View, live: &s
 </html>
 "#,
         title = escape(title),
-        refresh = config.refresh.as_millis(),
+        refresh = refresh_ms,
         token = u8::from(config.token.is_some()),
         ro = u8::from(config.read_only),
         q = if nav == Nav::Queues {
@@ -165,40 +188,6 @@ fn banner(view: &View) -> String {
     }
 }
 
-/// A `POST` button for an action, with an optional confirmation step (a
-/// second button the script shows after the first click). `None` in
-/// read-only mode.
-pub(crate) fn action_button(
-    config: &Config,
-    action: &str,
-    label: &str,
-    confirm: Option<&str>,
-) -> Option<String> {
-    if config.read_only {
-        return None;
-    }
-    let mut out = format!(
-        r#"<form class="act" method="post" action="{}" data-action>"#,
-        escape(action)
-    );
-    match confirm {
-        None => {
-            let _ = write!(out, r#"<button type="submit">{}</button>"#, escape(label));
-        }
-        Some(question) => {
-            let _ = write!(
-                out,
-                r#"<button type="submit" data-step="ask">{label}</button><span class="confirm" hidden><span class="question">{question}</span> <button type="submit" class="danger" data-step="yes">Yes, {lower}</button> <button type="button" data-step="cancel">Cancel</button></span>"#,
-                label = escape(label),
-                question = escape(question),
-                lower = escape(&label.to_lowercase()),
-            );
-        }
-    }
-    out.push_str("</form>");
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,21 +212,5 @@ mod tests {
         assert_eq!(duration_text(277_200_000), "3 d 05 h");
         assert!(when(10_500, 1_000).contains(">in 9.5 s<"));
         assert!(when(1_000, 4_200).contains(">3.2 s ago<"));
-    }
-
-    #[test]
-    fn confirmed_actions_have_two_steps_and_read_only_has_none() {
-        let mut config = Config::default();
-        let b = action_button(
-            &config,
-            "/api/locks/a%3Cb/force-unlock",
-            "Force unlock",
-            Some("<b>?"),
-        )
-        .unwrap();
-        assert!(b.contains(r#"data-step="ask""#) && b.contains(r#"data-step="yes""#));
-        assert!(b.contains("&lt;b&gt;?") && !b.contains("<b>"));
-        config.read_only = true;
-        assert_eq!(action_button(&config, "/x", "Go", None), None);
     }
 }

@@ -17,7 +17,8 @@
 //! ```
 //!
 //! The command-line tool serves the same: `redwheel web --url redis://…
-//! [--cluster …] [--listen 127.0.0.1:7780] [--token T] [--read-only]`.
+//! [--cluster …] [--listen 127.0.0.1:7780] [--token T] [--read-only]
+//! [--allow-host NAME]…`.
 //!
 //! # Routes
 //!
@@ -30,12 +31,22 @@
 //! | `GET /api/queues/{name}` | one queue as JSON (404 if it has no key in Redis) |
 //! | `GET /api/locks` | a JSON array of held locks |
 //! | `GET /api/status` | Redis reachable or not, the age of the overview's data, the last refresh's cost |
-//! | `POST /api/queues/{name}/requeue-dead` | [`Queue::requeue_dead`]: `?count=N` oldest dead letters, or all (the default) |
-//! | `POST /api/queues/{name}/messages/{id}/remove` | [`Queue::remove`] |
+//! | `POST /api/queues/{name}/requeue-dead` | [`Queue::requeue_dead`]: `?count=N` oldest dead letters (1 to 1,000,000), or all (the default; needs `confirm=yes`) |
+//! | `POST /api/queues/{name}/messages/{id}/remove` | [`Queue::remove`] (needs `confirm=yes`) |
 //! | `POST /api/queues/{name}/pause` | [`Queue::pause`] |
 //! | `POST /api/queues/{name}/resume` | [`Queue::resume`] |
 //! | `POST /api/queues/{name}/schedules/{schedule}/trigger` | [`Queue::trigger_schedule`]: one message with the schedule's payload, due now |
-//! | `POST /api/locks/{name}/force-unlock` | [`Lock::force_unlock`] |
+//! | `POST /api/locks/{name}/force-unlock` | [`Lock::force_unlock`], of the acquisition shown only: needs `confirm=yes`, `holder` and `fencing_token` (as `GET /api/locks` lists them); 409 if the lock has changed hands since |
+//!
+//! An action's fields come as a form body
+//! (`application/x-www-form-urlencoded`, as the page sends them) or in
+//! the query: `confirm=yes` confirms a destructive action (force-unlock,
+//! remove, requeue all), which is refused without it (400, kind
+//! `confirmation needed`); `step=ask` (the first button of the page's
+//! two-step actions) does nothing and answers the question (JSON
+//! `{"ok": false, "confirm": "…?"}`, or to a browser's form, the
+//! confirmation page with the confirming button). A request that accepts
+//! `text/html` (a browser's form, no script) gets its answer as a page.
 //!
 //! Names and ids in a path are percent-encoded (`%2F` for a `/` in a
 //! name). `/queues/{name}` and `/api/queues/{name}` take `?limit=N`
@@ -79,27 +90,51 @@
 //! An action answers `{"ok": true, "message", …}` (`"requeued"`,
 //! `"removed"`, `"paused"`, `"id"` of a triggered schedule's message,
 //! `"released"`), and every error `{"ok": false, "error":
-//! {"kind", "message"}}` with a status: 400 bad input, 401 no or a wrong
-//! token, 403 read-only or a cross-site request, 404 unknown queue or id,
-//! 405 wrong method (an action is never reachable by `GET`), 421 a `Host`
-//! that is not this server's, 503 Redis down or not answering in time
-//! (for an action: it may still take effect).
+//! {"kind", "message"}}` with a status: 400 bad input (a destructive
+//! action without `confirm=yes`, a malformed request), 401 no or a wrong
+//! token, 403 read-only, a cross-site request or an unmarked one (see
+//! Safety), 404 unknown queue, id or lock, 405 wrong method (an action is
+//! never reachable by `GET`), 409 a force-unlock of a lock held by
+//! another holder or acquisition than the one given, 421 a `Host` that
+//! is not this server's, 503 Redis down or not answering in time (for an
+//! action: it may still take effect) or more connections than it takes.
+//! The HTTP layer's own refusals: 408 a request not sent within 10 s,
+//! 411 a body sent chunked (`Transfer-Encoding`), 413 a body over
+//! 16 KiB, 414 a request line over 16 KiB, 431 headers over 64 KiB or
+//! 100 lines, 505 not HTTP/1.x.
 //!
 //! # Safety
 //!
 //! * The command-line tool listens on loopback unless `--listen` says
-//!   otherwise. While listening on loopback, a request whose `Host` is
-//!   not a loopback name is refused (421): a web page cannot reach the
-//!   dashboard by DNS rebinding.
+//!   otherwise. A request's `Host` must name the listener (else 421): its
+//!   address (any address when it listens on all of them), a loopback
+//!   name when it takes loopback, or a name given to
+//!   [`Dashboard::allow_host`] (`--allow-host`). A web page whose own
+//!   host name was rebound to this machine (DNS rebinding) is refused,
+//!   reads too.
 //! * Actions are `POST`s only. A token ([`Dashboard::token`]) makes each
 //!   one need `Authorization: Bearer <token>` (the page asks for it once
 //!   and keeps it in the tab's session storage); read-only
 //!   ([`Dashboard::read_only`]) refuses them all and hides their buttons.
 //!   A request that a browser marks as coming from another site (its
 //!   `Origin`, else its `Referer`, names another host) is refused (403),
-//!   token or not. Reads need no token: whoever reaches the port sees
-//!   the payloads, so keep it on loopback or behind a proxy that
-//!   authenticates.
+//!   token or not; one with neither header fails closed: it needs the
+//!   token, or with no token set the header `X-Redwheel-Action` (no form
+//!   can send it, no other site can without a CORS preflight, which is
+//!   never granted), else 403. Reads need no token: whoever reaches the
+//!   port sees the payloads, so keep it on loopback or behind a proxy
+//!   that authenticates.
+//! * A destructive action takes two steps, script or not: the first
+//!   button only asks (the page's script opens the question beside it;
+//!   without script the server answers a confirmation page), and the
+//!   server refuses it without `confirm=yes`. A force-unlock releases
+//!   only the holder and fencing token the page showed.
+//! * Its HTTP server is its own and bounded: one request per connection
+//!   (`Connection: close`), sizes and times as listed above, 32
+//!   connections served at once and 64 more waiting, past which a
+//!   connection is answered 503 at once; an accept that fails (out of
+//!   descriptors) is retried, never the end of the listener. No async
+//!   runtime: threads of its own.
 //! * Every queue name, id, payload and reason is escaped; payloads that are
 //!   not UTF-8 show as hex. Pages carry a `Content-Security-Policy` that
 //!   allows only the dashboard's own script and style, so even a missed
@@ -149,14 +184,18 @@ mod actions;
 mod bounded;
 mod chart;
 mod config;
+mod confirm;
 mod detail;
 mod gather;
 mod guard;
 mod html;
+mod listener;
 mod model;
 mod pages;
 mod payload;
 mod refresher;
+mod request;
+mod response;
 mod router;
 mod server;
 
@@ -192,6 +231,25 @@ impl Dashboard {
     /// visible ASCII characters.
     pub fn token(mut self, token: impl Into<String>) -> Dashboard {
         self.config.token = Some(token.into());
+        self
+    }
+
+    /// One more host name a request's `Host` may give (`dash.example.com`:
+    /// the name of a proxy in front, or of this machine), besides the
+    /// listening address (and, on loopback, the loopback names); any other
+    /// `Host` is refused (421), so that no page whose own name was rebound
+    /// to this machine's address reads or acts (DNS rebinding). Call it
+    /// once per name; a port in `name` is ignored.
+    pub fn allow_host(mut self, name: impl Into<String>) -> Dashboard {
+        let name = name.into();
+        let name = name.trim();
+        let bare = if name.parse::<std::net::IpAddr>().is_ok() {
+            name
+        } else {
+            guard::host_name(name)
+        };
+        let bare = bare.trim_end_matches('.').to_ascii_lowercase();
+        self.config.allow_hosts.push(bare);
         self
     }
 
@@ -280,6 +338,12 @@ impl Dashboard {
         }
         if c.overdue_alert < Duration::from_millis(1) {
             return bad("overdue_alert", "must be at least 1 ms");
+        }
+        if let Some(h) = c.allow_hosts.iter().find(|h| !guard::is_host_name(h)) {
+            return bad(
+                "allow_host",
+                &format!("{h:?} is not a host name (letters, digits, `-`, `.`, or an address)"),
+            );
         }
         Ok(())
     }

@@ -3,13 +3,15 @@
 
 use std::fmt::Write as _;
 
+use super::actions::Shown;
 use super::chart;
 use super::config::Config;
+use super::confirm::action_button;
 use super::detail::{QueueDetail, SECTIONS, epoch_ms};
-use super::html::{action_button, count, duration_text, escape, queue_href, rate_text, when};
+use super::html::{count, duration_text, escape, queue_href, rate_text, when};
 use super::payload::show;
 use super::refresher::{Row, Snapshot, Status, View};
-use super::router::segment;
+use super::router::{Action, segment};
 use crate::lock::inspect::LockInfo;
 use crate::queue::inspect::{MessageState, PeekedMessage};
 
@@ -34,6 +36,12 @@ fn meta(view: &View, config: &Config) -> String {
 fn badge(status: Status) -> String {
     format!(r#"<span class="badge {s}">{s}</span>"#, s = status.as_str())
 }
+
+/// No holder or token: every action's button but a force-unlock's.
+const NOTHING_SHOWN: Shown = Shown {
+    holder: None,
+    fencing_token: None,
+};
 
 /// The mark of a paused queue (or schedule).
 const PAUSED_MARK: &str = r#"<span class="badge paused" data-paused>paused</span>"#;
@@ -191,21 +199,18 @@ pub(crate) fn queue(
 /// it), rate limit, max in flight, max length.
 fn controls(out: &mut String, d: &QueueDetail, config: &Config) {
     let l = &d.limits;
-    let base = format!("/api/queues/{}", segment(&d.name));
     let _ = write!(
         out,
         r#"<section class="controls" id="controls" data-paused-state="{}"><h2>Controls</h2><div class="section-actions">"#,
         l.paused
     );
-    let button = if l.paused {
-        action_button(config, &format!("{base}/resume"), "Resume", None)
+    let queue = d.name.clone();
+    let action = if l.paused {
+        Action::Resume { queue }
     } else {
-        let question = format!(
-            "Pause {}? Offers are still taken, but no process hands out a message until it is resumed.",
-            d.name
-        );
-        action_button(config, &format!("{base}/pause"), "Pause", Some(&question))
+        Action::Pause { queue }
     };
+    let button = action_button(config, &action, None, &NOTHING_SHOWN);
     out.push_str(&button.unwrap_or_default());
     out.push_str("</div>");
     let unlimited = || "none".to_owned();
@@ -244,15 +249,10 @@ fn schedules(out: &mut String, d: &QueueDetail, config: &Config) {
         t.map_or_else(|| "–".to_owned(), |t| when(epoch_ms(t), d.server_ms))
     };
     for s in &d.schedules {
-        let trigger = format!(
-            "/api/queues/{}/schedules/{}/trigger",
-            segment(&d.name),
-            segment(&s.name)
-        );
-        let question = format!(
-            "Trigger {} now? One more message with its payload is offered to {}, due at once; its next run stays as it is.",
-            s.name, d.name
-        );
+        let trigger = Action::TriggerSchedule {
+            queue: d.name.clone(),
+            schedule: s.name.clone(),
+        };
         let _ = write!(
             out,
             r#"<tr data-schedule="{n}"><td class="name">{n}{paused}</td><td class="id">{def}</td><td>{next}</td><td>{last}</td><td>{button}</td></tr>"#,
@@ -265,8 +265,7 @@ fn schedules(out: &mut String, d: &QueueDetail, config: &Config) {
             def = escape(&s.definition),
             next = at(s.next),
             last = at(s.last_fired),
-            button =
-                action_button(config, &trigger, "Trigger now", Some(&question)).unwrap_or_default(),
+            button = action_button(config, &trigger, None, &NOTHING_SHOWN).unwrap_or_default(),
         );
     }
     out.push_str("</tbody></table></section>\n");
@@ -312,18 +311,14 @@ fn section(
         count(all)
     );
     if state == MessageState::Dead && all > 0 {
-        let base = format!("/api/queues/{}/requeue-dead", segment(&d.name));
+        let requeue = Action::RequeueDead {
+            queue: d.name.clone(),
+        };
         out.push_str(r#"<div class="section-actions">"#);
-        if let Some(b) = action_button(config, &format!("{base}?count=1"), "Requeue oldest", None) {
-            out.push_str(&b);
-        }
-        let question = format!(
-            "Requeue all {} dead letters of {}? They become ready at once.",
-            count(all),
-            d.name
-        );
-        if let Some(b) = action_button(config, &base, "Requeue all", Some(&question)) {
-            out.push_str(&b);
+        for count in [Some(1), None] {
+            if let Some(b) = action_button(config, &requeue, count, &NOTHING_SHOWN) {
+                out.push_str(&b);
+            }
         }
         out.push_str("</div>");
     }
@@ -378,16 +373,14 @@ fn section(
             _ => write!(out, "<td>{}</td>", at(m.due_ms)),
         };
         payload_cell(out, d, m);
-        let remove = format!(
-            "/api/queues/{}/messages/{}/remove",
-            segment(&d.name),
-            segment(&m.id)
-        );
-        let question = format!("Remove message {}? It is deleted for good.", m.id);
+        let remove = Action::Remove {
+            queue: d.name.clone(),
+            id: m.id.clone(),
+        };
         let _ = write!(
             out,
             "<td>{}</td></tr>",
-            action_button(config, &remove, "Remove", Some(&question)).unwrap_or_default()
+            action_button(config, &remove, None, &NOTHING_SHOWN).unwrap_or_default()
         );
     }
     out.push_str("</tbody></table>");
@@ -478,15 +471,17 @@ pub(crate) fn locks(found: Option<&[LockInfo]>, problem: Option<&str>, config: &
                 .map_or(("–".to_owned(), "–".to_owned()), |(o, c)| {
                     (escape(o), c.to_string())
                 });
-            let question = format!(
-                "Force-unlock {}? Its holder is not asked: its hold is lost, and another process may take the lock at once.",
-                l.name
-            );
+            let shown = Shown {
+                holder: l.holders.first().map(|(o, _)| o.clone()),
+                fencing_token: l.token.map(|t| t.to_string()),
+            };
             let button = action_button(
                 config,
-                &format!("/api/locks/{}/force-unlock", segment(&l.name)),
-                "Force unlock",
-                Some(&question),
+                &Action::ForceUnlock {
+                    lock: l.name.clone(),
+                },
+                None,
+                &shown,
             );
             let _ = writeln!(
                 out,

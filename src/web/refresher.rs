@@ -150,6 +150,8 @@ struct State {
     running_since: Option<Instant>,
     started: u64,
     finished: u64,
+    /// `stop` was called.
+    stopped: bool,
 }
 
 struct Shared {
@@ -218,7 +220,7 @@ impl Refresher {
         if self.tx.send(Msg::Poke).is_err() {
             return;
         }
-        while st.finished < target {
+        while st.finished < target && !st.stopped {
             if self
                 .shared
                 .finished
@@ -230,9 +232,12 @@ impl Refresher {
         }
     }
 
-    /// Stops the thread after its round in progress.
+    /// Stops the thread after its round in progress; a `refresh_now`
+    /// waiting returns at once.
     pub(crate) fn stop(&self) {
         let _ = self.tx.send(Msg::Stop);
+        self.shared.state.lock().stopped = true;
+        self.shared.finished.notify_all();
     }
 }
 

@@ -91,6 +91,28 @@ pub(crate) fn route(method: &str, path: &str) -> Route {
     }
 }
 
+/// The path of `action`, which [`route`] reads back as it (`POST`).
+pub(crate) fn action_path(action: &Action) -> String {
+    match action {
+        Action::RequeueDead { queue } => format!("/api/queues/{}/requeue-dead", segment(queue)),
+        Action::Remove { queue, id } => {
+            format!(
+                "/api/queues/{}/messages/{}/remove",
+                segment(queue),
+                segment(id)
+            )
+        }
+        Action::Pause { queue } => format!("/api/queues/{}/pause", segment(queue)),
+        Action::Resume { queue } => format!("/api/queues/{}/resume", segment(queue)),
+        Action::TriggerSchedule { queue, schedule } => format!(
+            "/api/queues/{}/schedules/{}/trigger",
+            segment(queue),
+            segment(schedule)
+        ),
+        Action::ForceUnlock { lock } => format!("/api/locks/{}/force-unlock", segment(lock)),
+    }
+}
+
 /// The decoded segments of `path`; `None` if one is not UTF-8 once
 /// decoded or the path does not start with `/`. A trailing `/` is ignored.
 fn segments(path: &str) -> Option<Vec<String>> {
@@ -225,6 +247,23 @@ mod tests {
                 route("GET", &path),
                 Route::Read(Read::Queue(name.to_owned()))
             );
+            let (q, x) = (name.to_owned(), format!("{name}!"));
+            for a in [
+                Action::RequeueDead { queue: q.clone() },
+                Action::Remove {
+                    queue: q.clone(),
+                    id: x.clone(),
+                },
+                Action::Pause { queue: q.clone() },
+                Action::Resume { queue: q.clone() },
+                Action::TriggerSchedule {
+                    queue: q.clone(),
+                    schedule: x.clone(),
+                },
+                Action::ForceUnlock { lock: q.clone() },
+            ] {
+                assert_eq!(route("POST", &action_path(&a)), Route::Action(a));
+            }
         }
     }
 

@@ -1,38 +1,32 @@
-//! The HTTP side: `tiny_http` (a small synchronous server: an accept
-//! thread and a thread per connection, no async runtime), a few worker
-//! threads that take requests from it, and the dispatch of each request to
-//! a page, a document or an action, with the security headers.
+//! The running dashboard: its handle ([`Server`]), the HTTP server it
+//! runs on (`listener.rs`: a bounded HTTP/1.1 server of its own on std
+//! threads, no async runtime), and the dispatch of each request to a
+//! page, a document or an action.
 
-use std::io::Read as _;
 use std::net::{SocketAddr, TcpListener};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
-use tiny_http::{Header, Request, Response};
 
-use super::actions::{self, Outcome};
+use super::actions::Outcome;
 use super::bounded::Bounded;
 use super::config::Config;
 use super::detail::{self, QueueDetail};
-use super::guard::{self, Headers};
+use super::guard::{self, ACTION_HEADER, Headers, Hosts};
 use super::html::{self, Nav};
+use super::listener::Http;
 use super::refresher::{Refresher, View};
+use super::request::Request;
+use super::response::Reply;
 use super::router::{self, Read, Route};
-use super::{model, pages};
+use super::{confirm, model, pages};
 use crate::error::{Error, ErrorKind};
 use crate::runtime::Redwheel;
 
 const STYLE: &str = include_str!("assets/dashboard.css");
 const SCRIPT: &str = include_str!("assets/dashboard.js");
-
-/// Only the dashboard's own script and style; no inline script, no frame,
-/// nothing from elsewhere.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Helper threads a page may leave waiting on a slow Redis before new
 /// reads are refused at once.
@@ -57,8 +51,7 @@ impl std::fmt::Debug for Server {
 struct Inner {
     addr: SocketAddr,
     app: Arc<App>,
-    http: Mutex<Option<Arc<tiny_http::Server>>>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
+    http: Mutex<Option<Http>>,
     stopped: AtomicBool,
     done: Mutex<bool>,
     done_cv: Condvar,
@@ -80,11 +73,13 @@ impl Server {
         self.inner.stopped.load(Ordering::SeqCst)
     }
 
-    /// Stops serving: requests in progress finish, the worker threads
-    /// end, and the listening socket is closed (by the HTTP server's
-    /// accept thread, moments after this returns); the refresher stops
-    /// after its round in progress. Idempotent; blocks until the first
-    /// call has finished.
+    /// Stops serving, promptly even with clients connected: the listening
+    /// socket is closed, every open connection is shut down (a request
+    /// still arriving or an answer still being sent is cut off), a
+    /// request waiting on Redis is answered 503 at once (its Redis call
+    /// finishes in the background), every thread of the dashboard's HTTP
+    /// server is joined, and the refresher stops after its round in
+    /// progress. Idempotent; blocks until the first call has finished.
     pub fn stop(&self) {
         let inner = &self.inner;
         if inner.stopped.swap(true, Ordering::SeqCst) {
@@ -92,20 +87,10 @@ impl Server {
             return;
         }
         inner.app.refresher.stop();
-        let http = inner.http.lock().clone();
-        let workers = std::mem::take(&mut *inner.workers.lock());
-        if let Some(http) = &http {
-            for _ in &workers {
-                http.unblock();
-            }
+        inner.app.bounded.cancel();
+        if let Some(http) = inner.http.lock().take() {
+            http.stop();
         }
-        for w in workers {
-            let _ = w.join();
-        }
-        // The last handle on the tiny_http server: dropping it closes the
-        // listening socket.
-        drop(http);
-        inner.http.lock().take();
         *inner.done.lock() = true;
         inner.done_cv.notify_all();
         tracing::info!(target: "redwheel::web", addr = %inner.addr, "dashboard stopped");
@@ -126,7 +111,7 @@ struct App {
     config: Arc<Config>,
     refresher: Refresher,
     bounded: Bounded,
-    loopback: bool,
+    hosts: Hosts,
 }
 
 pub(crate) fn start(
@@ -135,166 +120,91 @@ pub(crate) fn start(
     listener: TcpListener,
     addr: SocketAddr,
 ) -> Result<Server, Error> {
-    let http = tiny_http::Server::from_listener(listener, None).map_err(|e| {
-        Error::new(
-            ErrorKind::InvalidOption,
-            "the dashboard cannot serve on that listener",
-        )
-        .with_cause(e)
-    })?;
-    let http = Arc::new(http);
     let (refresher, _thread) = Refresher::start(rw.clone(), &config)?;
     let app = Arc::new(App {
         bounded: Bounded::new(config.page_timeout, MAX_WAITING),
-        loopback: addr.ip().is_loopback(),
+        hosts: Hosts {
+            listen: addr.ip(),
+            allowed: config.allow_hosts.clone(),
+        },
         rw,
         refresher,
         config: Arc::clone(&config),
     });
-    let inner = Arc::new(Inner {
-        addr,
-        app: Arc::clone(&app),
-        http: Mutex::new(Some(Arc::clone(&http))),
-        workers: Mutex::new(Vec::new()),
-        stopped: AtomicBool::new(false),
-        done: Mutex::new(false),
-        done_cv: Condvar::new(),
-    });
-    let server = Server { inner };
-    for i in 0..config.workers {
-        let (http, app, inner) = (
-            Arc::clone(&http),
-            Arc::clone(&app),
-            Arc::clone(&server.inner),
-        );
-        let spawned = std::thread::Builder::new()
-            .name(format!("redwheel-web-{i}"))
-            .spawn(move || work(&http, &app, &inner.stopped));
-        match spawned {
-            Ok(h) => server.inner.workers.lock().push(h),
-            Err(e) => {
-                server.stop();
-                return Err(
-                    Error::new(ErrorKind::Spawn, "cannot start the dashboard's threads")
-                        .with_cause(e),
-                );
-            }
-        }
-    }
-    if !app.loopback {
+    let handler = {
+        let app = Arc::clone(&app);
+        Arc::new(move |req: &Request| app.handle(req))
+    };
+    let http =
+        Http::start(listener, addr, config.workers, config.backlog, handler).map_err(|e| {
+            app.refresher.stop();
+            Error::new(ErrorKind::Spawn, "cannot start the dashboard's threads").with_cause(e)
+        })?;
+    let server = Server {
+        inner: Arc::new(Inner {
+            addr,
+            app: Arc::clone(&app),
+            http: Mutex::new(Some(http)),
+            stopped: AtomicBool::new(false),
+            done: Mutex::new(false),
+            done_cv: Condvar::new(),
+        }),
+    };
+    if !addr.ip().is_loopback() {
         tracing::warn!(target: "redwheel::web", %addr, token = config.token.is_some(), "the dashboard listens beyond loopback");
     }
     tracing::info!(target: "redwheel::web", %addr, read_only = config.read_only, "dashboard serving");
     Ok(server)
 }
 
-fn work(http: &tiny_http::Server, app: &App, stopped: &AtomicBool) {
-    loop {
-        match http.recv() {
-            Ok(req) => serve(app, req),
-            Err(e) => {
-                if stopped.load(Ordering::SeqCst) {
-                    return;
-                }
-                tracing::warn!(target: "redwheel::web", error = %e, "the dashboard could not accept a connection");
-            }
-        }
-    }
-}
-
-/// A response before its security headers.
-struct Reply {
-    status: u16,
-    content_type: &'static str,
-    body: Vec<u8>,
-    extra: Vec<(&'static str, String)>,
-}
-
-impl Reply {
-    fn html(status: u16, body: String) -> Reply {
-        Reply {
-            status,
-            content_type: "text/html; charset=utf-8",
-            body: body.into_bytes(),
-            extra: Vec::new(),
-        }
-    }
-
-    fn json(status: u16, v: &Value) -> Reply {
-        Reply {
-            status,
-            content_type: "application/json",
-            body: serde_json::to_vec(v).unwrap_or_default(),
-            extra: Vec::new(),
-        }
-    }
-}
-
-fn serve(app: &App, mut req: Request) {
-    // A body is never needed; read a little of it so that the connection
-    // can be reused.
-    let _ = req.as_reader().take(64 * 1024).read_to_end(&mut Vec::new());
-    let reply = catch_unwind(AssertUnwindSafe(|| app.handle(&req))).unwrap_or_else(|_| {
-        tracing::error!(target: "redwheel::web", url = %req.url(), "a dashboard request panicked");
-        Reply::json(500, &model::error("internal", "internal error"))
-    });
-    tracing::debug!(target: "redwheel::web", method = %req.method(), url = %req.url(), status = reply.status, "request");
-    // The length is known: `Content-Length`, never chunked.
-    let mut resp = Response::from_data(reply.body)
-        .with_status_code(reply.status)
-        .with_chunked_threshold(usize::MAX);
-    let headers = [
-        ("Content-Type", reply.content_type.to_owned()),
-        ("Cache-Control", "no-store".to_owned()),
-        ("X-Content-Type-Options", "nosniff".to_owned()),
-        ("X-Frame-Options", "DENY".to_owned()),
-        ("Referrer-Policy", "same-origin".to_owned()),
-        ("Content-Security-Policy", CSP.to_owned()),
-    ];
-    for (name, value) in headers.into_iter().chain(reply.extra) {
-        if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            resp.add_header(h);
-        }
-    }
-    let _ = req.respond(resp);
-}
-
-fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
-    req.headers()
-        .iter()
-        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str())
-}
-
 impl App {
+    fn ctx(&self) -> confirm::Ctx<'_> {
+        confirm::Ctx {
+            rw: &self.rw,
+            config: &self.config,
+            bounded: &self.bounded,
+            refresher: &self.refresher,
+        }
+    }
+
     fn handle(&self, req: &Request) -> Reply {
+        let reply = self.route(req);
+        tracing::debug!(target: "redwheel::web", method = %req.method, url = %req.target, status = reply.status, "request");
+        reply
+    }
+
+    fn route(&self, req: &Request) -> Reply {
         let h = Headers {
-            host: header(req, "Host"),
-            origin: header(req, "Origin"),
-            referer: header(req, "Referer"),
-            authorization: header(req, "Authorization"),
+            host: req.header("Host"),
+            origin: req.header("Origin"),
+            referer: req.header("Referer"),
+            authorization: req.header("Authorization"),
+            action: req.header(ACTION_HEADER),
         };
-        let (path, query) = req.url().split_once('?').unwrap_or((req.url(), ""));
+        let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
         let api = path.starts_with("/api/");
-        if let Err(refusal) = guard::check_host(&h, self.loopback) {
+        if let Err(refusal) = guard::check_host(&h, &self.hosts) {
             return Reply::json(
                 refusal.status(),
                 &model::error("refused", refusal.message()),
             );
         }
-        match router::route(req.method().as_str(), path) {
+        match router::route(&req.method, path) {
             Route::Read(r) => self.read(r, query),
             Route::Action(a) => {
+                let html = confirm::wants_html(req);
                 if let Err(refusal) =
                     guard::check_action(&h, self.config.read_only, self.config.token.as_deref())
                 {
-                    tracing::info!(target: "redwheel::web", url = %req.url(), why = refusal.message(), "action refused");
-                    return Reply::json(
-                        refusal.status(),
-                        &model::error("refused", refusal.message()),
-                    );
+                    tracing::info!(target: "redwheel::web", url = %req.target, why = refusal.message(), "action refused");
+                    let doc = model::error("refused", refusal.message());
+                    return if html {
+                        confirm::outcome_page(&self.ctx(), &a, refusal.status(), &doc)
+                    } else {
+                        Reply::json(refusal.status(), &doc)
+                    };
                 }
-                self.act(a, query)
+                confirm::act(&self.ctx(), a, query, &req.body, html)
             }
             Route::WrongMethod(allow) => {
                 let mut r = Reply::json(
@@ -424,36 +334,6 @@ impl App {
                     html::page(&name, Nav::Queues, &self.config, &view, &live),
                 )
             }
-        }
-    }
-
-    fn act(&self, action: router::Action, query: &str) -> Reply {
-        let count = match actions::requeue_count(router::query_param(query, "count").as_deref()) {
-            Ok(c) => c,
-            Err(why) => return Reply::json(400, &model::error("invalid input", &why)),
-        };
-        let rw = self.rw.clone();
-        let done = self
-            .bounded
-            .run(move || actions::perform(&rw, &action, count));
-        match done {
-            Ok(outcome) => {
-                if outcome.status == 200 {
-                    // The overview shows the change on its next load.
-                    self.refresher.refresh_now(self.bounded.limit());
-                }
-                Reply::json(outcome.status, &outcome.body)
-            }
-            Err(late) => Reply::json(
-                503,
-                &model::error(
-                    "unavailable",
-                    &format!(
-                        "{}; the action goes on and may still take effect",
-                        late.message(self.bounded.limit())
-                    ),
-                ),
-            ),
         }
     }
 }

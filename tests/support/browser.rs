@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use headless_chrome::browser::tab::point::Point;
+use headless_chrome::protocol::cdp::Emulation;
+use headless_chrome::protocol::cdp::Page as PageDomain;
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 use headless_chrome::{Browser as Chrome, LaunchOptions, Tab};
 use serde_json::Value;
@@ -82,11 +84,42 @@ impl Browser {
 
     /// A new tab on `url`, loaded.
     pub fn open(&self, url: &str) -> Page {
-        let tab = self.chrome.new_tab().expect("a new tab");
-        tab.set_default_timeout(WAIT_LIMIT);
-        let page = Page { tab };
+        let page = self.tab();
         page.go(url);
         page
+    }
+
+    /// A new tab on `url` with the page's own scripts disabled (as in a
+    /// browser with JavaScript off): the test's `eval` still runs.
+    pub fn open_without_script(&self, url: &str) -> Page {
+        let page = self.tab();
+        page.tab
+            .call_method(Emulation::SetScriptExecutionDisabled { value: true })
+            .expect("disable the page's scripts");
+        page.go(url);
+        page
+    }
+
+    /// A new tab on `url` where `js` runs in every document before the
+    /// page's own scripts (to take a browser feature away, say).
+    pub fn open_after(&self, js: &str, url: &str) -> Page {
+        let page = self.tab();
+        page.tab
+            .call_method(PageDomain::AddScriptToEvaluateOnNewDocument {
+                source: js.to_owned(),
+                world_name: None,
+                include_command_line_api: None,
+                run_immediately: None,
+            })
+            .expect("a script for every new document");
+        page.go(url);
+        page
+    }
+
+    fn tab(&self) -> Page {
+        let tab = self.chrome.new_tab().expect("a new tab");
+        tab.set_default_timeout(WAIT_LIMIT);
+        Page { tab }
     }
 }
 
@@ -107,23 +140,31 @@ impl Page {
     /// The value of the JavaScript expression `js` (awaited if it is a
     /// promise), through JSON.
     pub fn eval(&self, js: &str) -> Value {
+        self.try_eval(js)
+            .unwrap_or_else(|e| panic!("evaluating {js}: {e}"))
+    }
+
+    /// As [`Page::eval`], with the error of an evaluation that failed (a
+    /// page that is being replaced, say).
+    pub fn try_eval(&self, js: &str) -> Result<Value, String> {
         let wrapped = format!("(async () => JSON.stringify(await ({js})))()");
         let obj = self
             .tab
             .evaluate(&wrapped, true)
-            .unwrap_or_else(|e| panic!("evaluating {js}: {e}"));
-        match obj.value {
+            .map_err(|e| e.to_string())?;
+        Ok(match obj.value {
             Some(Value::String(s)) => serde_json::from_str(&s).unwrap_or(Value::Null),
             _ => Value::Null,
-        }
+        })
     }
 
     /// Waits until `js` is truthy, and returns its value; fails the test
-    /// (with the page's text) if it is not within the wait limit.
+    /// (with the page's text) if it is not within the wait limit. An
+    /// evaluation that fails (while a page loads) counts as not yet.
     pub fn wait_for(&self, what: &str, js: &str) -> Value {
         let start = Instant::now();
         loop {
-            let v = self.eval(js);
+            let v = self.try_eval(js).unwrap_or(Value::Null);
             let truthy = !matches!(v, Value::Null | Value::Bool(false)) && v != 0 && v != "";
             if truthy {
                 return v;
@@ -271,10 +312,36 @@ impl HttpReply {
 /// One HTTP/1.1 request to `addr` (`Host` is `addr` unless `headers` gives
 /// one), read to the end (`Connection: close`).
 pub fn http(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &str)]) -> HttpReply {
+    http_body(addr, method, target, headers, "")
+}
+
+/// A form's `POST` (`application/x-www-form-urlencoded`, `body` as given:
+/// `confirm=yes&token=7`), as [`http`].
+pub fn post_form(
+    addr: SocketAddr,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpReply {
+    let mut all = vec![("Content-Type", "application/x-www-form-urlencoded")];
+    all.extend_from_slice(headers);
+    http_body(addr, "POST", target, &all, body)
+}
+
+/// As [`http`], with `body` (its `Content-Length` set).
+pub fn http_body(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpReply {
     let mut s = TcpStream::connect(addr).expect("connect to the dashboard");
     s.set_read_timeout(Some(WAIT_LIMIT)).unwrap();
-    let mut req =
-        format!("{method} {target} HTTP/1.1\r\nConnection: close\r\nContent-Length: 0\r\n");
+    let mut req = format!(
+        "{method} {target} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {addr}\r\n"));
     }
@@ -282,6 +349,7 @@ pub fn http(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &str
         req.push_str(&format!("{n}: {v}\r\n"));
     }
     req.push_str("\r\n");
+    req.push_str(body);
     s.write_all(req.as_bytes()).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).expect("read the reply");

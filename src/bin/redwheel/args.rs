@@ -256,6 +256,11 @@ pub struct WebArgs {
     /// Refuse every action and show no action button.
     #[arg(long)]
     pub read_only: bool,
+    /// A host name requests may give in `Host` besides the listening
+    /// address (a proxy's name, this machine's); any other is refused
+    /// (DNS rebinding). Repeatable.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
 }
 
 /// Which state `peek` lists (one of; ready by default).

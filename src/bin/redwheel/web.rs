@@ -16,6 +16,9 @@ pub fn serve(rw: &Redwheel, args: &WebArgs, json: bool) -> Result<(), Failure> {
     if let Some(t) = &args.token {
         dashboard = dashboard.token(t.as_str());
     }
+    for name in &args.allow_hosts {
+        dashboard = dashboard.allow_host(name.as_str());
+    }
     let loopback = args
         .listen
         .to_socket_addrs()
@@ -25,7 +28,7 @@ pub fn serve(rw: &Redwheel, args: &WebArgs, json: bool) -> Result<(), Failure> {
     if !loopback && args.token.is_none() && !args.read_only {
         let _ = writeln!(
             std::io::stderr(),
-            "redwheel: warning: listening on {} without --token: whoever reaches it can requeue, remove and force-unlock",
+            "redwheel: warning: listening on {} without --token: whoever reaches it reads every payload and can requeue, remove and force-unlock",
             server.local_addr()
         );
     }

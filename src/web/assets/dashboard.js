@@ -7,11 +7,17 @@
 // body[data-generation], which tests watch.
 // Actions: forms with data-action are sent with fetch() as POSTs with the
 // token (Authorization: Bearer), asked for once and kept in the tab's
-// session storage.
+// session storage, and the X-Redwheel-Action header. A form that asks
+// first opens its question on a submit (whatever button or key sent it);
+// its "Yes" (a plain button) sends it with confirm=yes. Without this
+// script the same form posts step=ask and the server answers a
+// confirmation page: nothing is done on one click either way.
 (function () {
   'use strict';
   var body = document.body;
-  var refreshMs = Number(body.getAttribute('data-refresh-ms')) || 2000;
+  // 0: a page that is not refreshed (a confirmation, an action's outcome).
+  var refreshAttr = Number(body.getAttribute('data-refresh-ms'));
+  var refreshMs = isNaN(refreshAttr) ? 2000 : refreshAttr;
   var tokenRequired = body.getAttribute('data-token-required') === '1';
   var TOKEN_KEY = 'redwheel-dashboard-token';
   var busy = false;
@@ -35,8 +41,9 @@
   function absoluteTimes(root) {
     var times = root.querySelectorAll('time[data-ms]');
     for (var i = 0; i < times.length; i++) {
-      var ms = Number(times[i].getAttribute('data-ms'));
-      if (!isNaN(ms)) { times[i].title = new Date(ms).toISOString(); }
+      // A time past a Date's range (+-8.64e15 ms) keeps its relative text.
+      var d = new Date(Number(times[i].getAttribute('data-ms')));
+      if (!isNaN(d.getTime())) { times[i].title = d.toISOString(); }
     }
   }
 
@@ -45,6 +52,7 @@
   }
 
   function schedule(ms) {
+    if (refreshMs <= 0) { return; }
     if (timer !== null) { clearTimeout(timer); }
     timer = setTimeout(refresh, ms === undefined ? refreshMs : ms);
   }
@@ -90,23 +98,33 @@
     form.querySelector('input').focus();
   }
 
-  function send(form) {
+  function send(form, confirmed) {
     if (tokenRequired && !token()) {
-      pending = form;
+      pending = { form: form, confirmed: confirmed };
       askToken('This dashboard needs its token for actions.');
       return;
     }
-    var headers = {};
+    var headers = {
+      'Accept': 'application/json',
+      'Content-Type': 'application/x-www-form-urlencoded',
+      'X-Redwheel-Action': '1'
+    };
     if (token()) { headers.Authorization = 'Bearer ' + token(); }
+    var fields = new URLSearchParams();
+    var inputs = form.querySelectorAll('input[type=hidden]');
+    for (var i = 0; i < inputs.length; i++) {
+      if (inputs[i].name !== 'step') { fields.append(inputs[i].name, inputs[i].value); }
+    }
+    if (confirmed) { fields.append('confirm', 'yes'); }
     busy = true;
-    fetch(form.action, { method: 'POST', headers: headers, credentials: 'same-origin', cache: 'no-store' })
+    fetch(form.action, { method: 'POST', headers: headers, body: fields.toString(), credentials: 'same-origin', cache: 'no-store' })
       .then(function (r) {
         return r.json().catch(function () { return {}; }).then(function (doc) {
           var text = doc.message || (doc.error && doc.error.message) || (r.status + ' ' + r.statusText);
           flash(r.ok, text);
           if (r.status === 401) {
             setToken('');
-            pending = form;
+            pending = { form: form, confirmed: confirmed };
             askToken('The token was refused.');
           }
         });
@@ -133,28 +151,30 @@
       setToken(input.value.trim());
       input.value = '';
       form.hidden = true;
-      if (pending) { var p = pending; pending = null; send(p); }
+      if (pending) { var p = pending; pending = null; send(p.form, p.confirmed); }
       return;
     }
     if (!form.hasAttribute('data-action')) { return; }
     ev.preventDefault();
-    var step = ev.submitter ? ev.submitter.getAttribute('data-step') : null;
     var box = confirmBox(form);
-    if (box && step === 'ask') {
+    if (box) {
+      // The first step, however it was sent: ask, do nothing.
       box.hidden = false;
-      ev.submitter.hidden = true;
+      var ask = form.querySelector('[data-step="ask"]');
+      if (ask) { ask.hidden = true; }
       return;
     }
-    if (box) { closeBox(box); }
-    send(form);
+    send(form, false);
   });
 
   document.addEventListener('click', function (ev) {
     var t = ev.target;
-    if (t instanceof Element && t.getAttribute('data-step') === 'cancel') {
-      var box = t.closest('.confirm');
-      if (box) { closeBox(box); }
-    }
+    if (!(t instanceof Element)) { return; }
+    var step = t.getAttribute('data-step');
+    var box = t.closest('.confirm');
+    if (!box || (step !== 'yes' && step !== 'cancel')) { return; }
+    closeBox(box);
+    if (step === 'yes') { send(box.closest('form'), true); }
   });
 
   document.addEventListener('pointerdown', function () { pressed = true; });
