@@ -1,7 +1,11 @@
 //! [`Lock::lock_async`] and [`Lock::try_lock_async`] (feature `async`):
-//! the acquire script through the multiplexed connection, waits for a
-//! release on the lock's unlock channel or the holder's lease end (a
-//! deadline on the driver's wheel), never in the caller's thread.
+//! the acquire script through the multiplexed connection (with
+//! `wait_replicas`, with its `WAIT` on a connection of its own:
+//! `runtime/replicas.rs`), waits for a release on the lock's unlock
+//! channel or the holder's lease end (a deadline on the driver's wheel),
+//! never in the caller's thread. One owner per call; a grant its replicas
+//! did not confirm is released and tried again within the wait, as the
+//! blocking twin does.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

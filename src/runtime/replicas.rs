@@ -333,7 +333,7 @@ mod alone {
     /// that calls for sending it again elsewhere or later (a redirect,
     /// `TRYAGAIN`: it was not applied), for the caller's routing to follow.
     fn send_packed(
-        con: &mut crate::runtime::Conn,
+        con: &mut crate::runtime::conn::Conn,
         command: &Command,
     ) -> redis::RedisResult<Vec<Value>> {
         use redis::ConnectionLike;
