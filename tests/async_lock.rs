@@ -336,7 +336,9 @@ fn a_release_wakes_a_waiting_future_outside_the_waiters_lock() {
     // Poll on every wake until it waits for a release: subscribed to the
     // unlock channel, and no wake for a while.
     let channel = "redwheel:lock:{inline}:unlock";
+    let give_up = Instant::now() + HANG;
     loop {
+        assert!(Instant::now() < give_up, "hang guard: the future's wait");
         assert!(fut.as_mut().poll(&mut cx).is_pending(), "the lock is held");
         match woken.recv_timeout(Duration::from_millis(500)) {
             Ok(()) => continue,
@@ -355,7 +357,6 @@ fn a_release_wakes_a_waiting_future_outside_the_waiters_lock() {
     done.recv_timeout(Duration::from_secs(20))
         .expect("the unlock deadlocked in the waker it woke");
     // The future is woken and gets the lock.
-    let give_up = Instant::now() + HANG;
     let g = loop {
         if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
             break r.unwrap().expect("free once the holder let go");
