@@ -48,7 +48,29 @@
 //!   first of each id;
 //! * overlapping critical sections accepted by the store (must be 0).
 //!
+//! * unlocks answered `Ok` although another holder had taken the lock
+//!   from under its holder (must be 0; counted at the fenced store: a
+//!   holder holds from its section's opening until its unlock answered,
+//!   and another holder opening a section before that unlock began means
+//!   the lock changed hands under it, so its unlock must say `LockLost`).
+//!
 //! It exits with status 1 if a must-be-0 count is not 0.
+//!
+//! `--unlocks` is the mode for the unlock's promise: locks only (no
+//! producers or consumers), Redis **without persistence**, restarted
+//! every 5 to 15 s (one node: SIGKILL and restart, empty; a cluster: the
+//! lock's master killed and either restarted at once, empty, before its
+//! replica takes over, or failed over), and the proxy's faults aimed
+//! mostly at the lock's release, whose reply is lost after it ran. So the
+//! lock changes hands under its holders, and their unlocks are resent
+//! after lost replies. Built with `--features async`, two of the holders
+//! are futures (`try_lock_async`, `unlock_async`). Every unlock that
+//! answered `Ok` must have released its own hold:
+//!
+//! ```sh
+//! cargo run --release --features async --example chaos -- --minutes 3 --unlocks
+//! cargo run --release --features async --example chaos -- --minutes 3 --unlocks --cluster
+//! ```
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -61,6 +83,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redwheel::{ConsumerOptions, ErrorKind, MessageId, QueueOptions, Redwheel, RedwheelOptions};
 
+#[path = "support/chaos_locks.rs"]
+mod chaos_locks;
 #[path = "support/fenced_store.rs"]
 mod fenced_store;
 #[path = "../tests/support/proxy.rs"]
@@ -72,6 +96,7 @@ mod throwaway_cluster;
 #[path = "support/throwaway_redis.rs"]
 mod throwaway_redis;
 
+use chaos_locks::{Holders, LOCK, LockCounters};
 use fenced_store::{FencedStore, StoreReport};
 use proxy::{Fault, Proxy, Rule};
 use splitmix::SplitMix64;
@@ -81,14 +106,16 @@ use throwaway_redis::ThrowawayRedis;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const QUEUE: &str = "chaos";
-const LOCK: &str = "chaos-lock";
 const PRODUCERS: u64 = 2;
 const CONSUMERS: usize = 3;
 const LOCK_HOLDERS: u64 = 3;
+/// With the `async` feature, holders that take the lock with
+/// `try_lock_async` and unlock with `unlock_async`.
+#[cfg(feature = "async")]
+const ASYNC_LOCK_HOLDERS: u64 = 2;
 const MAX_DELAY_MS: u64 = 3_000;
 /// A killed consumer's claims come back after this.
 const VISIBILITY: Duration = Duration::from_secs(2);
-const LEASE: Duration = Duration::from_secs(2);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn main() {
@@ -262,14 +289,18 @@ enum Target {
 }
 
 impl Target {
-    fn start(cluster: bool) -> Result<Target, BoxError> {
+    /// One node (`persistent`: with an append-only file, `appendfsync
+    /// always`) or a 3+3 cluster (never persistent: a failover keeps what
+    /// the replica had).
+    fn start(cluster: bool, persistent: bool) -> Result<Target, BoxError> {
         if !cluster {
-            let server = ThrowawayRedis::start_with(
-                "redis-server",
-                "chaos",
-                &["--appendonly", "yes", "--appendfsync", "always"],
-            )
-            .map_err(|e| e.to_string())?;
+            let aof: &[&str] = if persistent {
+                &["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                &["--appendonly", "no"]
+            };
+            let server = ThrowawayRedis::start_with("redis-server", "chaos", aof)
+                .map_err(|e| e.to_string())?;
             let proxy = Proxy::start(server.port());
             return Ok(Target::Node { server, proxy });
         }
@@ -346,6 +377,25 @@ fn fault_patterns() -> Vec<Vec<u8>> {
     ]
 }
 
+/// `--unlocks`: the faults go mostly to the lock's scripts, the release
+/// above all (its reply lost after it ran, its resend then answered).
+fn lock_fault_patterns() -> Vec<Vec<u8>> {
+    let sha = |name: &str| {
+        redwheel::test_support::script_sha(name)
+            .expect("a script of redwheel")
+            .into_bytes()
+    };
+    vec![
+        sha("lock_release"),
+        sha("lock_release"),
+        sha("lock_release"),
+        sha("lock_acquire"),
+        sha("lock_renew"),
+        b"EVALSHA".to_vec(),
+        Vec::new(),
+    ]
+}
+
 /// `CONFIG SET cluster-announce-port` on the node at `port`; its
 /// replicas then reach it through the proxy too (the proxy leaves
 /// replication links alone), and a full resync starts at once instead of
@@ -376,9 +426,6 @@ struct Counters {
     offer_retries_other: AtomicU64,
     offers_given_up: AtomicU64,
     offers_known_already: AtomicU64,
-    lock_errors: AtomicU64,
-    leases_lost: AtomicU64,
-    unlock_lock_lost: AtomicU64,
 }
 
 fn producer(
@@ -458,51 +505,6 @@ fn producer(
     Ok(())
 }
 
-fn lock_holder(
-    k: u64,
-    rw: Redwheel,
-    seed: u64,
-    stop: Arc<AtomicBool>,
-    store: Arc<Mutex<FencedStore>>,
-    counters: Arc<Counters>,
-) {
-    let lock = rw.lock(LOCK).watchdog_lease(LEASE);
-    let mut rng = SplitMix64(seed ^ (k + 101).wrapping_mul(0x94D0_49BB));
-    while !stop.load(Ordering::SeqCst) {
-        let g = match lock.try_lock(Duration::from_millis(500)) {
-            Ok(Some(g)) => g,
-            Ok(None) => continue,
-            Err(_) => {
-                counters.lock_errors.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
-                continue;
-            }
-        };
-        store.lock().unwrap().open(k, g.fencing_token());
-        for _ in 0..rng.range(1, 6) {
-            if g.is_lost() {
-                break;
-            }
-            store.lock().unwrap().write(k);
-            std::thread::sleep(Duration::from_millis(rng.range(1, 15)));
-        }
-        store.lock().unwrap().close(k);
-        if g.is_lost() {
-            counters.leases_lost.fetch_add(1, Ordering::Relaxed);
-        }
-        match g.unlock() {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::LockLost => {
-                counters.unlock_lock_lost.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                counters.lock_errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-    let _ = rw.shutdown(Duration::from_secs(10));
-}
-
 /// The consumer processes, each logging to a file of its own.
 struct Consumers {
     exe: PathBuf,
@@ -560,18 +562,26 @@ struct Faults {
     cut_all: u64,
     redis_kills: u64,
     failovers: u64,
+    quick_restarts: u64,
     consumer_kills: u64,
 }
 
 fn run(args: &[String]) -> Result<bool, BoxError> {
     let minutes: f64 = arg(args, "--minutes").map_or(Ok(1.0), |m| m.parse())?;
     let cluster = args.iter().any(|a| a == "--cluster");
+    // Locks only, Redis without persistence: see the module docs.
+    let unlocks = args.iter().any(|a| a == "--unlocks");
     let seed: u64 = arg(args, "--seed").map_or(Ok(now_ms()), |s| s.parse())?;
     let chaos_for = Duration::from_secs_f64(minutes * 60.0);
     let where_ = if cluster { "a 3+3 cluster" } else { "one node" };
-    println!("chaos: {minutes} min on {where_}, seed {seed}");
+    let mode = if unlocks {
+        ", --unlocks: locks only, redis without persistence"
+    } else {
+        ""
+    };
+    println!("chaos: {minutes} min on {where_}{mode}, seed {seed}");
 
-    let mut target = Target::start(cluster)?;
+    let mut target = Target::start(cluster, !unlocks)?;
     let urls = target.urls();
     let dir = std::env::temp_dir().join(format!("redwheel-chaos-logs-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -583,7 +593,7 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
     let stop_locks = Arc::new(AtomicBool::new(false));
 
     let mut producers = Vec::new();
-    for k in 0..PRODUCERS {
+    for k in 0..if unlocks { 0 } else { PRODUCERS } {
         let rw = connect_retrying(&urls, cluster)?;
         let (stop, offered, counters) = (
             Arc::clone(&stop_producers),
@@ -594,16 +604,26 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
             producer(k, rw, cluster, seed, stop, offered, counters)
         }));
     }
+    let lock_counters = Arc::new(LockCounters::default());
+    let shared = Holders {
+        seed,
+        stop: Arc::clone(&stop_locks),
+        store: Arc::clone(&store),
+        counters: Arc::clone(&lock_counters),
+        pause_ms: if unlocks { 300 } else { 15 },
+    };
     let mut holders = Vec::new();
     for k in 0..LOCK_HOLDERS {
-        let rw = connect_retrying(&urls, cluster)?;
-        let (stop, store, counters) = (
-            Arc::clone(&stop_locks),
-            Arc::clone(&store),
-            Arc::clone(&counters),
-        );
+        let (rw, h) = (connect_retrying(&urls, cluster)?, shared.clone());
         holders.push(std::thread::spawn(move || {
-            lock_holder(k, rw, seed, stop, store, counters)
+            chaos_locks::lock_holder(k, rw, h)
+        }));
+    }
+    #[cfg(feature = "async")]
+    for k in LOCK_HOLDERS..LOCK_HOLDERS + ASYNC_LOCK_HOLDERS {
+        let (rw, h) = (connect_retrying(&urls, cluster)?, shared.clone());
+        holders.push(std::thread::spawn(move || {
+            chaos_locks::async_lock_holder(k, rw, h)
         }));
     }
     let mut consumers = Consumers {
@@ -614,7 +634,7 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
         children: Vec::new(),
         started: 0,
     };
-    for _ in 0..CONSUMERS {
+    for _ in 0..if unlocks { 0 } else { CONSUMERS } {
         let c = consumers.spawn()?;
         consumers.children.push(c);
     }
@@ -625,20 +645,30 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
     let started = Instant::now();
     let mut next_redis_kill = started + Duration::from_secs(rng.range(15, 30));
     let mut next_consumer_kill = started + Duration::from_millis(rng.range(2_000, 6_000));
+    if unlocks {
+        // Restarts without persistence: the lock changes hands under its
+        // holders.
+        next_redis_kill = started + Duration::from_secs(rng.range(5, 15));
+    }
     let mut rules = Vec::new();
-    let patterns = fault_patterns();
+    let patterns = if unlocks {
+        lock_fault_patterns()
+    } else {
+        fault_patterns()
+    };
     while started.elapsed() < chaos_for {
         std::thread::sleep(Duration::from_millis(rng.range(300, 1_500)));
         let now = Instant::now();
-        if now >= next_consumer_kill {
+        if now >= next_consumer_kill && !unlocks {
             let i = rng.range(0, CONSUMERS as u64 - 1) as usize;
             consumers.kill(i)?;
             faults.consumer_kills += 1;
             next_consumer_kill = now + Duration::from_millis(rng.range(2_000, 6_000));
         }
         if now >= next_redis_kill {
-            kill_redis(&mut target, &mut rng, &mut faults)?;
-            next_redis_kill = Instant::now() + Duration::from_secs(rng.range(20, 40));
+            kill_redis(&mut target, unlocks, &mut rng, &mut faults)?;
+            let (lo, hi) = if unlocks { (5, 15) } else { (20, 40) };
+            next_redis_kill = Instant::now() + Duration::from_secs(rng.range(lo, hi));
             continue;
         }
         let proxies = target.proxies();
@@ -694,6 +724,14 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
     for h in holders {
         h.join().map_err(|_| "a lock holder panicked")?;
     }
+    let locks = store.lock().unwrap().report();
+    if unlocks {
+        print_faults(&faults, started.elapsed());
+        print_locks(&locks, &lock_counters);
+        let _ = std::fs::remove_dir_all(&dir);
+        drop(target);
+        return Ok(locks.overlaps_accepted == 0 && locks.unlocks_ok_not_own == 0);
+    }
 
     // Drain: every message due and handled, none in flight.
     let direct = connect_retrying(&target.direct_urls(), cluster)?;
@@ -713,19 +751,16 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
 
     let offered = offered.lock().unwrap().clone();
     let report = account(&offered, &dir, &stored)?;
-    let locks = store.lock().unwrap().report();
-    print_report(
-        &faults,
-        &counters,
-        &report,
-        &locks,
-        dead,
-        drained,
-        started.elapsed(),
-    );
+    print_faults(&faults, started.elapsed());
+    print_report(&counters, &report, dead, drained);
+    print_locks(&locks, &lock_counters);
     let _ = std::fs::remove_dir_all(&dir);
     drop(target);
-    Ok(report.lost == 0 && report.early == 0 && locks.overlaps_accepted == 0 && drained)
+    Ok(report.lost == 0
+        && report.early == 0
+        && locks.overlaps_accepted == 0
+        && locks.unlocks_ok_not_own == 0
+        && drained)
 }
 
 /// One node: SIGKILL, down a moment, restart (its append-only file
@@ -733,6 +768,7 @@ fn run(args: &[String]) -> Result<bool, BoxError> {
 /// killed, its replica promoted, the old master back as a replica.
 fn kill_redis(
     target: &mut Target,
+    unlocks: bool,
     rng: &mut SplitMix64,
     faults: &mut Faults,
 ) -> Result<(), BoxError> {
@@ -744,7 +780,7 @@ fn kill_redis(
             faults.redis_kills += 1;
         }
         Target::Cluster { cluster, proxies } => {
-            let key = if rng.range(0, 1) == 0 {
+            let key = if rng.range(0, 1) == 0 && !unlocks {
                 format!("redwheel:{{{QUEUE}}}:delayed")
             } else {
                 format!("redwheel:lock:{{{LOCK}}}")
@@ -756,8 +792,12 @@ fn kill_redis(
                 .find(|(_, p)| p.port() == announced)
                 .map_or(announced, |(port, _)| *port);
             cluster.kill(port);
+            // `--unlocks`: half the time the master comes back at once,
+            // empty (no persistence), before its replica takes over; its
+            // replica then resyncs to nothing.
+            let quick = unlocks && rng.range(0, 1) == 0;
             let deadline = Instant::now() + Duration::from_secs(30);
-            while cluster.master_of(slot).map_or(true, |p| p == announced) {
+            while !quick && cluster.master_of(slot).map_or(true, |p| p == announced) {
                 if Instant::now() > deadline {
                     return Err("no replica took over".into());
                 }
@@ -770,7 +810,11 @@ fn kill_redis(
                 .map(|(_, proxy)| proxy.port())
                 .ok_or("no proxy for the node")?;
             announce(port, proxy_port)?;
-            faults.failovers += 1;
+            if quick {
+                faults.quick_restarts += 1;
+            } else {
+                faults.failovers += 1;
+            }
         }
     }
     Ok(())
@@ -891,20 +935,11 @@ fn account(
     Ok(r)
 }
 
-fn print_report(
-    faults: &Faults,
-    c: &Counters,
-    r: &Report,
-    locks: &StoreReport,
-    dead: u64,
-    drained: bool,
-    took: Duration,
-) {
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+fn print_faults(faults: &Faults, took: Duration) {
     println!("chaos: done in {took:.0?}");
     println!(
         "faults: proxy rules {} (lose reply {}, drop mid-reply {}, delay {}), proxy down {}, connections cut {}, \
-         redis SIGKILL+restart {}, master failovers {}, consumers SIGKILLed {}",
+         redis SIGKILL+restart {}, master failovers {}, master restarts without persistence {}, consumers SIGKILLed {}",
         faults.lose_reply + faults.drop_mid_reply + faults.delay,
         faults.lose_reply,
         faults.drop_mid_reply,
@@ -913,8 +948,13 @@ fn print_report(
         faults.cut_all,
         faults.redis_kills,
         faults.failovers,
+        faults.quick_restarts,
         faults.consumer_kills
     );
+}
+
+fn print_report(c: &Counters, r: &Report, dead: u64, drained: bool) {
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     println!(
         "offers: retried after OutcomeUnknown {}, after Unavailable {}, after another transient error {}; \
          answered \"id already known\" {}; given up {}",
@@ -953,6 +993,10 @@ fn print_report(
         r.still_stored,
         drained
     );
+}
+
+fn print_locks(locks: &StoreReport, c: &LockCounters) {
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     println!(
         "locks: critical sections {}, writes accepted {}, refused as stale {}, sections overlapping in time {}, \
          tokens not increasing {}, leases lost {}, unlocks told LockLost {}, lock errors {}",
@@ -968,5 +1012,9 @@ fn print_report(
     println!(
         "overlapping critical sections accepted by the store (must be 0): {}",
         locks.overlaps_accepted
+    );
+    println!(
+        "unlocks answered Ok {}, of which after another holder had taken the lock from under its holder (must be 0): {}",
+        locks.unlocks_ok, locks.unlocks_ok_not_own
     );
 }

@@ -288,3 +288,62 @@ fn wait_replicas_out_of_range_is_an_invalid_option() {
     );
     assert!(!rw.lock("alone").is_locked().unwrap());
 }
+
+/// Issue 29, finding 8: the synchronous unlock during a slot migration
+/// (the lock's hash already on the new master, the slot not handed over
+/// yet: `ASK`, then `TRYAGAIN` there, as the release names more than one
+/// key) and after it (`MOVED`, the slot map read before the move). Both
+/// unlocks are `Ok` and the lock is free.
+#[test]
+fn the_unlock_goes_through_during_and_after_a_slot_migration() {
+    use std::sync::mpsc;
+    let cluster = RedisCluster::start();
+    let rw = cluster.connect();
+    for (name, during) in [("ask-me", true), ("moved-me", false)] {
+        let key = lock_key(name);
+        let slot = cluster.keyslot(&key);
+        let from = cluster.master_of_slot(slot);
+        let to = cluster
+            .master_ports()
+            .into_iter()
+            .find(|&p| p != from)
+            .unwrap();
+        let lock = rw.lock(name);
+        // The holder: a thread of its own, which unlocks when told.
+        let (go, go_rx) = mpsc::channel::<()>();
+        let (held_tx, held) = mpsc::channel::<()>();
+        let l = lock.clone();
+        let holder = std::thread::spawn(move || {
+            let g = l.lock().unwrap();
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            g.unlock()
+        });
+        held.recv_timeout(HANG).unwrap();
+        let mut told = false;
+        // One key per batch (the fence key moves too): a moment with the
+        // hash moved and the slot not yet handed over.
+        cluster.migrate_slot(slot, from, to, 1, || {
+            if !during || told {
+                return;
+            }
+            let left =
+                cluster
+                    .node(from)
+                    .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "10"]);
+            if !left.split("\r\n").any(|l| l == key) {
+                told = true;
+                go.send(()).unwrap();
+                // Let the unlock meet the half-moved slot.
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
+        if !during {
+            go.send(()).unwrap();
+        }
+        let r = within(HANG, move || holder.join().unwrap());
+        r.unwrap_or_else(|e| panic!("{name}: the unlock failed: {e}"));
+        assert_eq!(cluster.master_of_slot(slot), to);
+        assert!(!lock.is_locked().unwrap(), "{name}: the lock is free");
+    }
+}

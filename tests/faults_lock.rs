@@ -212,3 +212,55 @@ fn renew(cut: Cut) {
 }
 
 under_every_cut!(renew_a_watchdog_lease, renew);
+
+/// Issue 29, finding 1 (trigger A): the holder's lock is force-unlocked
+/// and taken by another process; then the holder's release runs with its
+/// reply lost, and its resend finds the lock someone else's. That unlock
+/// did not release this hold (nothing did: it was gone), so it must be
+/// `LockLost`, counted and signalled, never `Ok`.
+#[test]
+fn a_resent_unlock_is_lock_lost_when_another_owner_took_the_lock_meanwhile() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let env = Env::start();
+    let signalled = Arc::new(AtomicUsize::new(0));
+    let s = Arc::clone(&signalled);
+    let lock = env.rw.lock("L").on_lost(move |_| {
+        s.fetch_add(1, Ordering::SeqCst);
+    });
+    warm_up(&lock);
+    let h = Holder::start(lock, Acquire::Lock);
+    let t1 = h.acquired.recv_timeout(HANG).unwrap().unwrap();
+    // Another process force-unlocks L and takes it.
+    let other = env.direct();
+    assert!(other.lock("L").force_unlock().unwrap());
+    let g2 = other
+        .lock("L")
+        .try_lock(Duration::ZERO)
+        .unwrap()
+        .expect("free after the force unlock");
+    let t2 = g2.fencing_token();
+    assert!(t2 > t1);
+    let rule = env
+        .proxy
+        .inject(Cut::LoseReply.rule(&sha(scripts::LOCK_RELEASE)));
+    let (_, r) = h.finish();
+    assert!(
+        rule.wait_fired(1, HANG),
+        "the first release ran, its reply lost"
+    );
+    let e = r.expect_err("the unlock released nothing: the lock was another owner's");
+    assert_eq!(e.kind(), ErrorKind::LockLost, "{e}");
+    assert_eq!(env.rw.lock_stats().lost, 1, "the lost hold is counted");
+    let deadline = std::time::Instant::now() + HANG;
+    while signalled.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "hang guard: on_lost");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        held(&env),
+        Some((t2, 1)),
+        "the other owner's hold is untouched"
+    );
+    g2.unlock().unwrap();
+}

@@ -376,13 +376,16 @@ fn retried_scripts_never_count_twice_nor_touch_another_owners_lock() {
             .invoke(con)
             .unwrap()
     };
+    let record = |owner: &str, token: u64| format!("{key}:released:{owner}:{token}");
     let rel = |con: &mut redis::Connection, owner: &str, token: u64, left: u32| -> i64 {
         release
             .key(key)
             .key(chan)
+            .key(record(owner, token))
             .arg(owner)
             .arg(token)
             .arg(left)
+            .arg(10_000)
             .invoke(con)
             .unwrap()
     };
@@ -401,13 +404,22 @@ fn retried_scripts_never_count_twice_nor_touch_another_owners_lock() {
     assert_eq!(rel(&mut con, "a:1", t1, 1), 1);
     assert_eq!(rel(&mut con, "a:1", t1, 1), 1);
     assert_eq!(server.cmd(&["HGET", key, "a:1"]), "$1\r\n1\r\n");
-    // The final unlock, sent twice, with another owner in between: the
-    // retry leaves b's lock alone.
+    // The final unlock, sent twice: the retry is told an earlier attempt
+    // of its own released it (its short-lived record), even with another
+    // owner in between, whose lock it leaves alone.
     assert_eq!(rel(&mut con, "a:1", t1, 0), 0);
+    let ttl = server.int(&["PTTL", &record("a:1", t1)]);
+    assert!((1..=10_000).contains(&ttl), "the record lapses: {ttl}");
+    assert_eq!(rel(&mut con, "a:1", t1, 0), -2);
     let r = acq(&mut con, "b:1", 0, 1);
     let t2 = r[1] as u64;
     assert!(t2 > t1);
-    assert_eq!(rel(&mut con, "a:1", t1, 0), -1);
+    assert_eq!(rel(&mut con, "a:1", t1, 0), -2);
+    // A release of a hold that is gone and was never released by its
+    // owner (force-unlocked, or lost in a restart) is -1, before or after
+    // the lock changed hands.
+    assert_eq!(rel(&mut con, "a:1", t1 + 1, 0), -1);
+    assert_eq!(rel(&mut con, "c:1", t1, 0), -1);
     assert_eq!(
         renew
             .key(key)

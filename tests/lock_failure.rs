@@ -451,3 +451,43 @@ fn a_least_privilege_acl_user_runs_every_lock_operation() {
         log.replace("\r\n", " ")
     );
 }
+
+/// Issue 28, finding 7: Redis stops answering (SIGSTOP) while
+/// `try_lock(wait)` waits for a lock another process holds. It returns
+/// within its wait plus one command timeout (with generous slack for a
+/// loaded machine), with `Ok(None)` or a transient error.
+#[test]
+fn try_lock_returns_within_its_wait_when_redis_stops_mid_wait() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(500);
+    let options = RedwheelOptions::default().command_timeout(timeout);
+    let rw = Redwheel::connect_with(&server.url(), options).unwrap();
+    let other = connect(&server.url());
+    let held = other.lock("stopped").lock().unwrap();
+    let wait = Duration::from_secs(2);
+    let lock = rw.lock("stopped");
+    let started = Instant::now();
+    let waiter = std::thread::spawn(move || {
+        let r = lock.try_lock(wait).map(|g| g.is_some());
+        (r, started.elapsed())
+    });
+    let deadline = Instant::now() + HANG;
+    while rw.lock_stats().acquire_attempts == 0 {
+        assert!(Instant::now() < deadline, "hang guard: the first attempt");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300)); // mid-wait
+    server.signal("STOP");
+    let (r, took) = waiter.join().unwrap();
+    server.signal("CONT");
+    assert!(
+        took < wait + timeout + Duration::from_secs(3),
+        "try_lock({wait:?}) took {took:?} with Redis stopped"
+    );
+    match r {
+        Ok(false) => {}
+        Ok(true) => panic!("granted a lock another process holds"),
+        Err(e) => assert!(e.is_transient(), "{e}"),
+    }
+    drop(held);
+}

@@ -10,6 +10,13 @@
 //! the lock), and, what must never happen, an overlap the store
 //! *accepted*: a write of one section accepted after a write of another
 //! section that began later was accepted, interleaving the two.
+//!
+//! It also checks what an unlock's `Ok` promises: that it released the
+//! holder's own hold. A holder is *holding* from `open` until its unlock
+//! answered (`unlocked`); another holder opening a section while it is
+//! holding and has not begun its unlock (`unlocking`) means the lock
+//! changed hands under it, and an unlock that then answers `Ok` (rather
+//! than `LockLost`) is counted: two holders, neither told.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -32,6 +39,21 @@ pub struct StoreReport {
     /// Sections opened with a token not greater than an earlier
     /// section's.
     pub tokens_not_increasing: u64,
+    /// Unlocks that answered `Ok`.
+    pub unlocks_ok: u64,
+    /// Unlocks that answered `Ok` although another holder had opened a
+    /// section while this one held the lock, before its unlock began (it
+    /// released nothing of its own: must be 0).
+    pub unlocks_ok_not_own: u64,
+}
+
+/// A holder from its section's opening until its unlock answered.
+#[derive(Debug)]
+struct Holding {
+    /// Its unlock began.
+    unlocking: bool,
+    /// Another holder opened a section while it held, before its unlock.
+    taken_over: bool,
 }
 
 #[derive(Debug)]
@@ -49,6 +71,7 @@ pub struct FencedStore {
     last_token: u64,
     last_opened: u64,
     open: HashMap<u64, Section>,
+    holding: HashMap<u64, Holding>,
     report: StoreReport,
 }
 
@@ -63,6 +86,18 @@ impl FencedStore {
         if !self.open.is_empty() {
             self.report.overlapping_in_time += 1;
         }
+        for (h, held) in self.holding.iter_mut() {
+            if *h != holder && !held.unlocking {
+                held.taken_over = true;
+            }
+        }
+        self.holding.insert(
+            holder,
+            Holding {
+                unlocking: false,
+                taken_over: false,
+            },
+        );
         self.open.insert(
             holder,
             Section {
@@ -101,6 +136,26 @@ impl FencedStore {
     /// Holder `holder` ends its section.
     pub fn close(&mut self, holder: u64) {
         self.open.remove(&holder);
+    }
+
+    /// Holder `holder` begins its unlock.
+    pub fn unlocking(&mut self, holder: u64) {
+        if let Some(h) = self.holding.get_mut(&holder) {
+            h.unlocking = true;
+        }
+    }
+
+    /// Holder `holder`'s unlock answered (`ok`: with `Ok`).
+    pub fn unlocked(&mut self, holder: u64, ok: bool) {
+        let Some(h) = self.holding.remove(&holder) else {
+            return;
+        };
+        if ok {
+            self.report.unlocks_ok += 1;
+            if h.taken_over {
+                self.report.unlocks_ok_not_own += 1;
+            }
+        }
     }
 
     /// What the store saw so far.

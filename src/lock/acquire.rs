@@ -11,12 +11,13 @@ use super::ctx::thread_seq;
 use super::guard::LockGuard;
 use super::handle::Lock;
 use super::hold::{ACQUIRING, HELD, Hold, RenewalGroup};
+use super::keys::Keys;
 use super::lease::now_ns;
 use super::lost::LostCause;
 use super::registry::LockRegistry;
 use super::state::LockState;
 use crate::error::{Access, Error, ErrorKind};
-use crate::runtime::{Backoff, Deadline, shut_down};
+use crate::runtime::{Backoff, Conn, Deadline, WaitReplicas, shut_down};
 use crate::scripts;
 use crate::telemetry;
 
@@ -181,23 +182,10 @@ impl Lock {
         let current = st.current_hold(tid);
         let attempt = self.begin_attempt(st, reg, lease, watchdog, tid, reg.ctx.owner(), current);
         let span = telemetry::lock_op("lock_acquire", &st.name);
-        // With `wait_replicas`, a fresh grant is followed by `WAIT` on the
-        // same connection; its answer (or failure) is kept apart, so the
-        // grant is known either way and can be released.
-        let mut acked: Option<redis::RedisResult<i64>> = None;
-        let reply: Result<Vec<i64>, Error> = self.rt().run(&st.keys.lock, Access::Write, |con| {
-            let mut inv = scripts::LOCK_ACQUIRE.prepare_invoke();
-            inv.key(&st.keys.lock).key(&st.keys.fence);
-            for a in attempt.args() {
-                inv.arg(a);
-            }
-            let r: Vec<i64> = inv.invoke(con)?;
-            acked = match (&self.wait_replicas, r.as_slice()) {
-                (Some(w), [1, _, 1]) => Some(w.wait(con)),
-                _ => None,
-            };
-            Ok(r)
-        });
+        let args = attempt.args();
+        let (reply, acked) = split_acked(self.rt().run(&st.keys.lock, Access::Write, |con| {
+            acquire_on(con, &st.keys, &args, self.wait_replicas.as_ref())
+        }));
         drop(span);
         let guard = match self.finish_attempt(st, reg, attempt, reply)? {
             Granted::Hold(hold) => LockGuard {
@@ -424,6 +412,44 @@ impl Drop for Attempt {
         if let Some(g) = self.joined.take() {
             g.leave(&self.hold);
         }
+    }
+}
+
+/// One `lock_acquire.lua` on `con` with an attempt's `args`; with `wait`,
+/// a fresh grant is followed by `WAIT` on the same connection (it counts
+/// the replicas that have this connection's writes), its answer or
+/// failure kept apart, so the grant is known either way and can be
+/// released. Nothing is waited for when nothing was granted. Shared with
+/// the async acquire.
+pub(super) fn acquire_on(
+    con: &mut Conn,
+    keys: &Keys,
+    args: &[String; 4],
+    wait: Option<&WaitReplicas>,
+) -> redis::RedisResult<Acquired> {
+    let mut inv = scripts::LOCK_ACQUIRE.prepare_invoke();
+    inv.key(&keys.lock).key(&keys.fence);
+    for a in args {
+        inv.arg(a);
+    }
+    let r: Vec<i64> = inv.invoke(con)?;
+    let acked = match (wait, r.as_slice()) {
+        (Some(w), [1, _, 1]) => Some(w.wait(con)),
+        _ => None,
+    };
+    Ok((r, acked))
+}
+
+/// `lock_acquire.lua`'s reply, and `WAIT`'s after a fresh grant.
+pub(super) type Acquired = (Vec<i64>, Option<redis::RedisResult<i64>>);
+
+/// [`acquire_on`]'s result as the acquire script's reply and `WAIT`'s.
+pub(super) fn split_acked(
+    r: Result<Acquired, Error>,
+) -> (Result<Vec<i64>, Error>, Option<redis::RedisResult<i64>>) {
+    match r {
+        Ok((reply, acked)) => (Ok(reply), acked),
+        Err(e) => (Err(e), None),
     }
 }
 

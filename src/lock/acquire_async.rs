@@ -1,7 +1,11 @@
 //! [`Lock::lock_async`] and [`Lock::try_lock_async`] (feature `async`):
-//! the acquire script through the multiplexed connection, waits for a
-//! release on the lock's unlock channel or the holder's lease end (a
-//! deadline on the driver's wheel), never in the caller's thread.
+//! the acquire script through the multiplexed connection (with
+//! `wait_replicas`, with its `WAIT` on a connection of its own:
+//! `runtime/replicas.rs`), waits for a release on the lock's unlock
+//! channel or the holder's lease end (a deadline on the driver's wheel),
+//! never in the caller's thread. One owner per call; a grant its replicas
+//! did not confirm is released and tried again within the wait, as the
+//! blocking twin does.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,13 +14,16 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::acquire::Granted;
-use super::guard::release_keys;
+use super::acquire::{Acquired, Granted, acquire_on, split_acked};
+use super::guard::Release;
 use super::guard_async::AsyncLockGuard;
 use super::handle::Lock;
 use super::keys::Keys;
 use crate::error::{Access, Error, ErrorKind};
-use crate::runtime::{Backoff, Cell, Command, Orphan, Runtime, detach, first_reply, shut_down};
+use crate::runtime::{
+    Backoff, Cell, Command, Orphan, Runtime, WaitReplicas, detach, first_reply, run_alone,
+    shut_down,
+};
 use crate::scripts;
 use crate::telemetry;
 
@@ -103,48 +110,30 @@ impl Lock {
         // the wire is kept.
         let ticket = st.waiters.futures.register();
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
+        // One owner for every attempt of this call: after an attempt whose
+        // outcome is unknown, the next one takes over a grant the first
+        // may have got (the script replaces a hold of ours it was not told
+        // of) instead of waiting for its lease as for another owner's.
+        let n = next_async_holder();
+        let tid = ASYNC_HOLDER | n;
+        let owner = format!("{}a{n}", reg.ctx.owner_prefix);
         loop {
             if rt.is_shut_down() {
                 return Err(shut_down());
             }
             ticket.cell().reset();
-            let n = next_async_holder();
-            let tid = ASYNC_HOLDER | n;
-            let owner = format!("{}a{n}", reg.ctx.owner_prefix);
             let attempt = self.begin_attempt(&st, &reg, lease, true, tid, owner.clone(), None);
-            let args = attempt.args();
-            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            let mut command = Command::script(
-                &scripts::LOCK_ACQUIRE,
-                &[&st.keys.lock, &st.keys.fence],
-                &args,
-            );
-            // With `wait_replicas`, `WAIT` rides along on the same
-            // connection (every acquire here is a fresh one).
-            if let Some(w) = &self.wait_replicas {
-                command = command.then(&w.command());
-            }
-            let mut acked: Option<redis::RedisResult<i64>> = None;
-            let orphan = release_if_granted(Arc::downgrade(&rt), st.keys.clone(), owner);
             let span = telemetry::lock_op_async("lock_acquire", &st.name);
-            let reply = rt
-                .call(&st.keys.lock, Access::Write, command, Some(orphan))
-                .await
-                .and_then(|mut v| {
-                    if self.wait_replicas.is_some() && v.len() > 1 {
-                        acked = Some(redis::from_redis_value(v.remove(1)).map_err(Into::into));
-                    }
-                    first_reply(v, Access::Write)
-                })
-                .and_then(|v| {
-                    redis::from_redis_value::<Vec<i64>>(v).map_err(|e| {
-                        Error::new(ErrorKind::Protocol, "unexpected reply to lock_acquire.lua")
-                            .with_cause(e)
-                    })
-                });
+            let (reply, acked) = match self.wait_replicas {
+                Some(w) => acquire_alone(&rt, &st.keys, &owner, attempt.args(), w).await,
+                None => (
+                    acquire_muxed(&rt, &st.keys, &owner, attempt.args()).await,
+                    None,
+                ),
+            };
             drop(span);
             let left = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            match self.finish_attempt(&st, &reg, attempt, reply) {
+            let busy = match self.finish_attempt(&st, &reg, attempt, reply) {
                 Ok(Granted::Hold(hold)) => {
                     let guard = AsyncLockGuard {
                         lock: self.clone(),
@@ -152,20 +141,28 @@ impl Lock {
                         tid,
                         released: false,
                     };
-                    if let (Some(w), Some(acked)) = (&self.wait_replicas, acked) {
-                        let token = guard.fencing_token();
-                        let what = format!("granted (fencing token {token})");
-                        if let Err(e) = w.confirmed_reply(acked, &what) {
-                            // Refused: not handed out, and released at once.
+                    let (Some(w), Some(acked)) = (&self.wait_replicas, acked) else {
+                        return Ok(Some(guard));
+                    };
+                    let token = guard.fencing_token();
+                    let what = format!("granted (fencing token {token})");
+                    match w.confirmed_reply(acked, &what) {
+                        Ok(()) => return Ok(Some(guard)),
+                        Err(e) => {
+                            // Refused: not handed out, and released at
+                            // once; tried again as the blocking twin does.
                             if let Err(unlock) = guard.unlock_async().await {
                                 tracing::warn!(target: "redwheel::lock", lock = %self.name, error = %unlock, "could not release a grant its replicas did not confirm; it lapses at the end of its lease");
                             }
-                            return Err(self.wrap(e, "the grant was refused and the lock released"));
+                            Err(self.wrap(e, "the grant was refused and the lock released"))
                         }
                     }
-                    return Ok(Some(guard));
                 }
-                Ok(Granted::Busy(ttl)) => {
+                Ok(Granted::Busy(ttl)) => Ok(ttl),
+                Err(e) => Err(e),
+            };
+            match busy {
+                Ok(ttl) => {
                     backoff.reset();
                     if left().is_some_and(|l| l.is_zero()) {
                         return Ok(None);
@@ -198,11 +195,65 @@ impl Lock {
     }
 }
 
+/// One acquire script through the node's multiplexed connection (no
+/// `WAIT`). Dropped with it on the wire, a lock it is granted is released
+/// when the reply comes.
+async fn acquire_muxed(
+    rt: &Arc<Runtime>,
+    keys: &Keys,
+    owner: &str,
+    args: [String; 4],
+) -> Result<Vec<i64>, Error> {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let command = Command::script(&scripts::LOCK_ACQUIRE, &[&keys.lock, &keys.fence], &args);
+    let orphan = release_if_granted(Arc::downgrade(rt), keys.clone(), owner.to_owned());
+    rt.call(&keys.lock, Access::Write, command, Some(orphan))
+        .await
+        .and_then(|v| first_reply(v, Access::Write))
+        .and_then(|v| {
+            redis::from_redis_value::<Vec<i64>>(v).map_err(|e| {
+                Error::new(ErrorKind::Protocol, "unexpected reply to lock_acquire.lua")
+                    .with_cause(e)
+            })
+        })
+}
+
+/// One acquire script, and its `WAIT` after a fresh grant, on a connection
+/// of their own (`WAIT` blocks the connection it is sent on: not the
+/// multiplexed one every future shares), off the caller's thread. Dropped
+/// meanwhile, a lock it is granted is released.
+async fn acquire_alone(
+    rt: &Arc<Runtime>,
+    keys: &Keys,
+    owner: &str,
+    args: [String; 4],
+    wait: WaitReplicas,
+) -> (Result<Vec<i64>, Error>, Option<redis::RedisResult<i64>>) {
+    let job = {
+        let (rt, keys) = (Arc::clone(rt), keys.clone());
+        move || {
+            rt.run(&keys.lock, Access::Write, |con| {
+                acquire_on(con, &keys, &args, Some(&wait))
+            })
+        }
+    };
+    let orphan = {
+        let (rt, keys, owner) = (Arc::downgrade(rt), keys.clone(), owner.to_owned());
+        Box::new(move |r: Result<Acquired, Error>| {
+            if let Ok((granted, _)) = r
+                && let [1, token, ..] = granted.as_slice()
+            {
+                release_granted(rt, keys, owner, *token);
+            }
+        })
+    };
+    split_acked(run_alone(job, Some(orphan)).await)
+}
+
 /// An acquire's reply that came after its future was dropped: a lock it
 /// was granted is released at once, on redwheel's threads.
 fn release_if_granted(rt: Weak<Runtime>, keys: Keys, owner: String) -> Orphan {
     Box::new(move |values: Option<Vec<Value>>| {
-        let Some(rt) = rt.upgrade() else { return };
         // A lost reply: a lock it may have been granted lapses unrenewed
         // within its lease (as after a synchronous OutcomeUnknown).
         let Some(values) = values else { return };
@@ -212,19 +263,22 @@ fn release_if_granted(rt: Weak<Runtime>, keys: Keys, owner: String) -> Orphan {
         let [Value::Int(1), Value::Int(token), ..] = items.as_slice() else {
             return; // not granted
         };
-        let token = token.to_string();
-        let command = Command::script(
-            &scripts::LOCK_RELEASE,
-            &release_keys(&keys),
-            &[owner.as_bytes(), token.as_bytes(), b"0"],
-        );
-        let route = keys.lock.clone();
-        detach(async move {
-            if let Err(e) = rt.call(&route, Access::Write, command, None).await {
-                tracing::warn!(target: "redwheel::lock", key = %route, error = %e, "a lock granted to a dropped lock_async could not be released; it lapses at the end of its lease");
-            }
-        });
+        release_granted(rt, keys, owner, *token);
     })
+}
+
+/// Releases the lock granted to `owner` with `token`, whose acquisition
+/// nobody waits for any more, in the background.
+fn release_granted(rt: Weak<Runtime>, keys: Keys, owner: String, token: i64) {
+    let Some(rt) = rt.upgrade() else { return };
+    let release = Release::new(&keys, &owner, token as u64, 0, &rt);
+    let command = Command::script(&scripts::LOCK_RELEASE, &release.keys(), &release.args());
+    let route = keys.lock.clone();
+    detach(async move {
+        if let Err(e) = rt.call(&route, Access::Write, command, None).await {
+            tracing::warn!(target: "redwheel::lock", key = %route, error = %e, "a lock granted to a dropped lock_async could not be released; it lapses at the end of its lease");
+        }
+    });
 }
 
 /// Counts an async acquisition in `LockStats::waiting` while it lives.

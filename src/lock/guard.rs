@@ -5,7 +5,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::handle::Lock;
 use super::hold::{HELD, Hold, LOST, RELEASED};
@@ -82,8 +82,13 @@ impl LockGuard {
     /// unlock reached Redis (the lock is free unless this thread holds it
     /// again through another guard). [`ErrorKind::LockLost`] when the
     /// lease was lost before (the lock was released anyway if it was still
-    /// this hold's). A transient error is retried (the release script is
-    /// idempotent) for up to the command timeout; if Redis stays
+    /// this hold's), and also when the unlock finds the lock gone or
+    /// another owner's (force-unlocked, lost in a restart without
+    /// persistence), even on a resend after a lost reply: the release
+    /// leaves a short-lived record, so a resend answers `Ok` only if an
+    /// earlier attempt released this very hold. A transient error is
+    /// retried (the release script is idempotent) for up to the command
+    /// timeout; if Redis stays
     /// unreachable the error is returned and the lock lapses at the end of
     /// its lease, its renewal already stopped.
     ///
@@ -118,21 +123,18 @@ impl LockGuard {
         let rt = lock.rt();
         let started = Instant::now();
         let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
-        // Sent on connections of our own choosing (not `Pool::run`, which
-        // may resend once behind our back), so we know whether an earlier
-        // attempt may have been applied when a later one finds the hold gone.
-        let mut maybe_applied = false;
+        // Resent only after a failure that left it unsent or unknown: the
+        // script records a release, so a resend tells "an earlier attempt
+        // released it" from "it was gone or another owner's".
         let reply = loop {
-            let r = send_release(rt, st, &self.hold, r.token, r.left);
-            match r {
+            match send_release(rt, st, &self.hold, &r) {
                 Err(e) if e.is_transient() && started.elapsed() < rt.options.command_timeout => {
-                    maybe_applied |= e.is_outcome_unknown();
                     std::thread::sleep(backoff.step());
                 }
                 other => break other,
             }
         };
-        release_outcome(lock, st, &self.hold, &r, reply, maybe_applied)
+        release_outcome(lock, st, &self.hold, &r, reply)
     }
 }
 
@@ -177,17 +179,15 @@ pub(super) fn begin_release(
 }
 
 /// What the release script's `reply` means for the unlock `r` (shared
-/// with the async unlock); `maybe_applied`: an earlier attempt of it may
-/// have been applied.
+/// with the async unlock).
 pub(super) fn release_outcome(
     lock: &Lock,
     st: &LockState,
     hold: &Hold,
     r: &Releasing,
     reply: Result<i64, Error>,
-    maybe_applied: bool,
 ) -> Result<(), Error> {
-    let (token, left, was_lost) = (r.token, r.left, r.was_lost);
+    let (token, was_lost) = (r.token, r.was_lost);
     let lost_error = || {
         lock.error(
             ErrorKind::LockLost,
@@ -208,13 +208,13 @@ pub(super) fn release_outcome(
                 Ok(())
             }
         }
-        Ok(_) if maybe_applied && !was_lost => {
-            // An earlier attempt whose reply was lost released it.
-            if left == 0 {
-                st.waiters.released(token);
-            }
-            Ok(())
+        // An earlier attempt of this unlock, whose reply was lost,
+        // released it (the script's record says so).
+        Ok(RELEASED_BEFORE) => {
+            st.waiters.released(token);
+            if was_lost { Err(lost_error()) } else { Ok(()) }
         }
+        // Gone, or another owner's: nothing of ours was released.
         Ok(_) => {
             hold.lose_at_unlock();
             Err(lost_error())
@@ -227,30 +227,63 @@ pub(super) fn release_outcome(
     }
 }
 
-/// One `lock_release.lua` call, sent exactly once (no hidden resend, so a
-/// "hold gone" reply is never the echo of an unlock that already worked);
-/// errors are classified as writes.
-fn send_release(
-    rt: &Runtime,
-    st: &LockState,
-    hold: &Hold,
-    token: u64,
-    left: u32,
-) -> Result<i64, Error> {
+/// `lock_release.lua`'s reply when an earlier attempt of the same unlock
+/// released the hold.
+const RELEASED_BEFORE: i64 = -2;
+
+/// One `lock_release.lua` call, sent once (a write: never resent behind
+/// our back), following the cluster's redirects (`MOVED`, `ASK`: the
+/// command was not applied where it was refused).
+fn send_release(rt: &Runtime, st: &LockState, hold: &Hold, r: &Releasing) -> Result<i64, Error> {
     let _span = telemetry::lock_op("lock_release", &st.name);
-    rt.run_once(&st.keys.lock, Access::Write, |con| {
+    let release = Release::new(&st.keys, &hold.owner, r.token, r.left, rt);
+    rt.run(&st.keys.lock, Access::Write, |con| {
         let mut inv = scripts::LOCK_RELEASE.prepare_invoke();
-        for k in release_keys(&st.keys) {
+        for k in release.keys() {
             inv.key(k);
         }
-        inv.arg(&hold.owner).arg(token).arg(left).invoke(con)
+        for a in release.args() {
+            inv.arg(a);
+        }
+        inv.invoke(con)
     })
 }
 
-/// `lock_release.lua`'s keys, in its order (ARGV: owner, token, count
-/// left).
-pub(super) fn release_keys(keys: &Keys) -> [&str; 2] {
-    [&keys.lock, &keys.channel]
+/// One `lock_release.lua` call's keys and arguments (shared with the async
+/// unlock and the release of a grant nobody waits for).
+pub(super) struct Release<'a> {
+    keys: &'a Keys,
+    record: String,
+    args: [String; 4],
+}
+
+impl<'a> Release<'a> {
+    /// The release by `owner` of its hold `token`, leaving `left` guards;
+    /// the record outlives every resend (each within the command timeout
+    /// from the first, its reply read within one more).
+    pub(super) fn new(keys: &'a Keys, owner: &str, token: u64, left: u32, rt: &Runtime) -> Self {
+        let record_ms = (rt.options.command_timeout * 2 + Duration::from_secs(1)).as_millis();
+        Release {
+            keys,
+            record: keys.release_record(owner, token),
+            args: [
+                owner.to_owned(),
+                token.to_string(),
+                left.to_string(),
+                record_ms.to_string(),
+            ],
+        }
+    }
+
+    /// KEYS: the lock, its unlock channel, the release record.
+    pub(super) fn keys(&self) -> [&str; 3] {
+        [&self.keys.lock, &self.keys.channel, &self.record]
+    }
+
+    /// ARGV: owner, token, count left, the record's life in ms.
+    pub(super) fn args(&self) -> [&[u8]; 4] {
+        self.args.each_ref().map(|a| a.as_bytes())
+    }
 }
 
 impl Drop for LockGuard {

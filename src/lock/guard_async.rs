@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::guard::{Releasing, begin_release, release_keys, release_outcome};
+use super::guard::{Release, Releasing, begin_release, release_outcome};
 use super::handle::Lock;
 use super::hold::{Hold, LOST};
 use crate::error::{Access, Error, ErrorKind};
@@ -134,15 +134,12 @@ async fn send_release(
     r: &Releasing,
 ) -> Result<(), Error> {
     let rt = Arc::clone(lock.rt());
-    let (token, left) = (r.token.to_string(), r.left.to_string());
-    let command = Command::script(
-        &scripts::LOCK_RELEASE,
-        &release_keys(&st.keys),
-        &[hold.owner.as_bytes(), token.as_bytes(), left.as_bytes()],
-    );
+    let release = Release::new(&st.keys, &hold.owner, r.token, r.left, &rt);
+    let command = Command::script(&scripts::LOCK_RELEASE, &release.keys(), &release.args());
     let started = Instant::now();
     let mut backoff = Backoff::new(rt.options.reconnect_min, rt.options.reconnect_max);
-    let mut maybe_applied = false;
+    // Resent after a failure that left it unsent or unknown: the script's
+    // release record tells a resend what an earlier attempt did.
     let reply = loop {
         let span = telemetry::lock_op_async("lock_release", &st.name);
         let reply = rt
@@ -158,12 +155,11 @@ async fn send_release(
         drop(span);
         match reply {
             Err(e) if e.is_transient() && started.elapsed() < rt.options.command_timeout => {
-                maybe_applied |= e.is_outcome_unknown();
                 rt.wait_for(&Arc::new(Cell::default()), Some(backoff.step()))
                     .await;
             }
             other => break other,
         }
     };
-    release_outcome(lock, st, hold, r, reply, maybe_applied)
+    release_outcome(lock, st, hold, r, reply)
 }

@@ -240,7 +240,15 @@ impl RenewalGroup {
     /// Asks the watcher to check the leases at `at` (`now_ns`) unless a
     /// check is pending.
     pub(crate) fn watch(self: &Arc<Self>, at: u64) {
-        if !self.check_pending.swap(true, Ordering::AcqRel) {
+        // Under the members' mutex, as the watcher clears the pending
+        // check under it after a scan that found nothing held: a hold that
+        // became held before this call was seen by that scan (which then
+        // keeps the check), or finds the check cleared and asks anew.
+        let ask = {
+            let _members = self.members.lock();
+            !self.check_pending.swap(true, Ordering::AcqRel)
+        };
+        if ask {
             let group: Weak<RenewalGroup> = Arc::downgrade(self);
             self.ctx.watch_group(at, group as Weak<dyn LeaseCheck>);
         }
@@ -266,6 +274,8 @@ impl RenewalGroup {
                 }
             }
             if next.is_none() {
+                #[cfg(test)]
+                tests::before_clear();
                 self.check_pending.store(false, Ordering::Release);
             }
         }
@@ -284,5 +294,74 @@ impl RenewalGroup {
 impl LeaseCheck for RenewalGroup {
     fn expire_check(&self, now: u64) -> Option<u64> {
         RenewalGroup::expire_check(self, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    type Hook = Box<dyn FnOnce() + Send>;
+
+    /// Run by `expire_check` once it decided that nothing is held, before
+    /// it clears its pending check (the moment a hold can become held).
+    static BEFORE_CLEAR: std::sync::Mutex<Option<Hook>> = std::sync::Mutex::new(None);
+
+    pub(super) fn before_clear() {
+        let hook = BEFORE_CLEAR.lock().unwrap().take();
+        if let Some(f) = hook {
+            f();
+        }
+    }
+
+    /// Issue 29, finding 8: the watcher finds no held hold and clears its
+    /// pending check just as a new hold becomes held and asks for a
+    /// check. The new hold must still be watched: its ask must not be
+    /// swallowed by the check that is being cleared.
+    #[test]
+    fn a_hold_that_becomes_held_while_the_watcher_clears_its_check_is_still_watched() {
+        let ctx = Arc::new(LockCtx::new());
+        let group = Arc::new(RenewalGroup::new(Duration::from_secs(3), Arc::clone(&ctx)));
+        let name: Arc<str> = Arc::from("w");
+        let hold = Arc::new(Hold::new(
+            &name,
+            &name,
+            0,
+            "o".into(),
+            None,
+            Arc::clone(&ctx),
+        ));
+        group.join(&hold); // still acquiring
+        // Far ahead: the watcher thread itself never runs these checks.
+        let far = u64::MAX / 2;
+        group.watch(far);
+        let (g, h) = (Arc::clone(&group), Arc::clone(&hold));
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel();
+        *BEFORE_CLEAR.lock().unwrap() = Some(Box::new(move || {
+            std::thread::spawn(move || {
+                // The grant: held, then its lease watched.
+                h.confirmed(now_ns(), Duration::from_secs(3));
+                h.state.store(HELD, Ordering::Release);
+                g.watch(far);
+                let _ = tx.send(());
+                let _ = done_tx.send(());
+            });
+            // Done at once unless it waits for the watcher's scan to end.
+            let _ = rx.recv_timeout(Duration::from_millis(500));
+        }));
+        assert_eq!(
+            group.expire_check(now_ns()),
+            None,
+            "nothing held at the scan"
+        );
+        done.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(
+            group.check_pending.load(Ordering::Acquire),
+            "the held hold is left with no lease check pending"
+        );
     }
 }

@@ -25,6 +25,14 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
+    /// `redwheel:lock:{L}:released:<owner>:<token>`: the short-lived
+    /// record, written by `lock_release.lua`, that `owner` released its
+    /// hold `token`, so that a resent release can tell "an earlier attempt
+    /// of mine released it" from "it was gone or another owner's".
+    pub(crate) fn release_record(&self, owner: &str, token: u64) -> String {
+        format!("{}:released:{owner}:{token}", self.lock)
+    }
+
     pub(crate) fn new(name: &str) -> Keys {
         let lock = format!("redwheel:lock:{{{name}}}");
         Keys {
@@ -58,5 +66,9 @@ mod tests {
         assert_eq!(k.lock, "redwheel:lock:{inventory:42}");
         assert_eq!(k.fence, "redwheel:lock:{inventory:42}:fence");
         assert_eq!(k.channel, "redwheel:lock:{inventory:42}:unlock");
+        assert_eq!(
+            k.release_record("ab:3", 17),
+            "redwheel:lock:{inventory:42}:released:ab:3:17"
+        );
     }
 }

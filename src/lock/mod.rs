@@ -30,9 +30,13 @@
 //! async acquisition is an owner of its own, so it is not reentrant.
 //!
 //! Beside it, `redwheel:lock:{L}:fence` keeps the last fencing token handed
-//! out, and `redwheel:lock:{L}:unlock` is the channel releases are
-//! announced on. All three share the hash tag `{L}`: every script touches
-//! one slot. The repository's `ARCHITECTURE.md` ("Redis keys and scripts")
+//! out, `redwheel:lock:{L}:unlock` is the channel releases are announced
+//! on, and `redwheel:lock:{L}:released:<owner>:<token>` records, for a
+//! little over twice the command timeout, that an unlock released that
+//! hold: an unlock resent after a lost reply then tells "an earlier
+//! attempt of mine released it" (`Ok`) from "it was gone or another
+//! owner's" ([`ErrorKind::LockLost`]). All share the hash tag `{L}`: every
+//! script touches one slot. The repository's `ARCHITECTURE.md` ("Redis keys and scripts")
 //! lists every key with the scripts that write it.
 //!
 //! # The watchdog

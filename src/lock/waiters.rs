@@ -85,23 +85,27 @@ impl Waiters {
     /// A release of the hold `token` (0: unknown): wakes one waiter, once
     /// per token.
     pub(crate) fn released(&self, token: u64) {
-        let mut st = self.st.lock();
-        if token != 0 {
-            if let Some(i) = st.seen.iter().position(|&t| t == token) {
-                st.seen.remove(i);
-                return;
+        {
+            let mut st = self.st.lock();
+            if token != 0 {
+                if let Some(i) = st.seen.iter().position(|&t| t == token) {
+                    st.seen.remove(i);
+                    return;
+                }
+                if st.seen.len() == SEEN {
+                    st.seen.pop_front();
+                }
+                st.seen.push_back(token);
             }
-            if st.seen.len() == SEEN {
-                st.seen.pop_front();
+            if st.waiting > st.permits {
+                st.permits += 1;
+                self.cv.notify_one();
             }
-            st.seen.push_back(token);
         }
+        // Woken with the mutex let go: a waker may run lock work inline
+        // (an executor that polls a woken task at once).
         #[cfg(feature = "async")]
         self.futures.wake(1);
-        if st.waiting > st.permits {
-            st.permits += 1;
-            self.cv.notify_one();
-        }
     }
 
     /// Every waiter tries again (a subscription just took effect: any

@@ -60,6 +60,8 @@ pub use self::options::RedwheelOptions;
 pub(crate) use self::pool::shut_down;
 pub use self::redwheel::Redwheel;
 pub(crate) use self::replicas::WaitReplicas;
+#[cfg(feature = "async")]
+pub(crate) use self::replicas::run_alone;
 pub(crate) use self::shared::Runtime;
 pub(crate) use self::subscriber::Subscription;
 #[cfg(feature = "async")]

@@ -185,17 +185,6 @@ impl Pool {
         }
     }
 
-    /// As [`run`](Pool::run) for a write: `f` is sent once, whatever
-    /// `access` says (for callers that must tell "applied before" from
-    /// "applied now" even for a command they classify as a read).
-    pub(crate) fn run_once<R>(
-        &self,
-        access: Access,
-        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
-    ) -> Result<R, Error> {
-        self.try_run(f).map_err(|e| e.into_error(access))
-    }
-
     /// A connection for a call started at `started`: an idle one (checked
     /// if idle long; `true`) or a fresh one within the call's budget.
     fn checkout(&self, started: Instant) -> Result<(Conn, bool), Error> {
@@ -240,16 +229,6 @@ pub(crate) enum TryRunError {
     NotSent(Error),
     /// Redis (or the connection) failed the command.
     Failed(redis::RedisError),
-}
-
-impl TryRunError {
-    /// The caller's error, given whether the command writes.
-    pub(crate) fn into_error(self, access: Access) -> Error {
-        match self {
-            TryRunError::NotSent(e) => e,
-            TryRunError::Failed(e) => Error::from_redis(e, access),
-        }
-    }
 }
 
 /// A connection that died: reset, closed or broken, not slow.

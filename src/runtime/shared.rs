@@ -89,20 +89,6 @@ impl Runtime {
         }
     }
 
-    /// As [`run`](Runtime::run), but sends `f` exactly once: no hidden
-    /// resend on a pooled connection that died, no redirect followed.
-    pub(crate) fn run_once<R>(
-        &self,
-        route: &str,
-        access: Access,
-        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
-    ) -> Result<R, Error> {
-        match &self.backend {
-            Backend::Node { commands, .. } => commands.run_once(access, f),
-            Backend::Cluster(c) => c.run_once(route.as_bytes(), access, f),
-        }
-    }
-
     /// Runs `f` once on every master (the one server, or each master of a
     /// cluster as the slot map has it now), for commands that read each
     /// node's own keyspace (`SCAN`). The replies in the masters' order.

@@ -141,8 +141,10 @@ impl<T: Codec> Queue<T> {
     async fn send_offer(&self, command: Command, id: &str) -> Result<bool, Error> {
         let _span = telemetry::queue_op_async("offer", &self.state.name, 1);
         let tag = |e: Error| self.tag(e).for_message(id);
+        // With its `WAIT` (under `wait_replicas`): on a connection of its
+        // own, as `WAIT` blocks the connection it is sent on.
         let mut replies = Arc::clone(self.rt())
-            .call(&self.state.keys.delayed, Access::Write, command, None)
+            .call_alone(&self.state.keys.delayed, Access::Write, command)
             .await
             .map_err(tag)?
             .into_iter();
@@ -171,11 +173,15 @@ impl<T: Codec> Queue<T> {
             let (ids, commands) = prepared?;
             for (command, len, first) in commands {
                 let _span = telemetry::queue_op_async("offer_batch", &q.state.name, len);
-                let mut replies = Arc::clone(q.rt())
-                    .call(&q.state.keys.delayed, Access::Write, command, None)
-                    .await
-                    .map_err(|e| q.tag(e))?
-                    .into_iter();
+                let rt = Arc::clone(q.rt());
+                let route = &q.state.keys.delayed;
+                // A chunk with its `WAIT` goes on a connection of its own
+                // (`WAIT` blocks the connection it is sent on).
+                let replies = match q.wait_replicas {
+                    Some(_) => rt.call_alone(route, Access::Write, command).await,
+                    None => rt.call(route, Access::Write, command, None).await,
+                };
+                let mut replies = replies.map_err(|e| q.tag(e))?.into_iter();
                 let reply = first_reply(replies.next().into_iter().collect(), Access::Write)
                     .map_err(|e| q.tag(e))?;
                 let replicas = match q.wait_replicas {

@@ -102,23 +102,6 @@ impl Cluster {
         }
     }
 
-    /// As [`run`](Cluster::run), but sends `f` once on the master serving
-    /// `route`'s slot: no redirect followed, nothing resent (a redirect is
-    /// a transient error; the command was not applied).
-    pub(crate) fn run_once<R>(
-        &self,
-        route: &[u8],
-        access: Access,
-        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
-    ) -> Result<R, Error> {
-        let node = self.node_for(route)?;
-        let r = node.commands.run_once(access, f);
-        if r.as_ref().is_err_and(|e| e.is_transient()) {
-            self.request_refresh();
-        }
-        r
-    }
-
     /// A blocking connection to the master serving `route`'s slot.
     pub(crate) fn blocking(&self, route: &[u8]) -> Result<(Conn, Arc<Node>), Error> {
         let node = self.node_for(route)?;

@@ -49,6 +49,13 @@ impl Command {
         }
     }
 
+    /// The packed commands, how many, and the script of the first (for a
+    /// caller that sends them on a connection of its own:
+    /// `runtime/replicas.rs`).
+    pub(crate) fn packed(&self) -> (&[u8], usize, Option<&'static redis::Script>) {
+        (&self.packed, self.count, self.script)
+    }
+
     /// This command followed by `then`, sent together.
     pub(crate) fn then(mut self, then: &redis::Cmd) -> Command {
         let mut packed = self.packed.to_vec();
