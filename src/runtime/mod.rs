@@ -60,7 +60,7 @@ pub use self::options::RedwheelOptions;
 pub(crate) use self::pool::shut_down;
 pub use self::redwheel::Redwheel;
 pub(crate) use self::replicas::WaitReplicas;
-pub(crate) use self::shared::Runtime;
+pub(crate) use self::shared::{Blocking, Runtime};
 pub(crate) use self::subscriber::Subscription;
 #[cfg(feature = "async")]
 pub(crate) use self::wait::{Cell, WaitList, detach};

@@ -61,27 +61,45 @@ impl Pool {
     }
 
     /// An idle connection (`true`: it was idle; checked if idle long, but it
-    /// may still have died since its last use) or a new one.
-    pub(crate) fn get(&self) -> Result<(Conn, bool), Error> {
+    /// may still have died since its last use) or a new one, for a caller
+    /// whose wait must end within `budget`: the check of a long-idle
+    /// connection, and the connect and handshake of a new one, take no
+    /// longer (a frozen server accepts connections and never answers on
+    /// them).
+    pub(crate) fn get_within(&self, budget: Duration) -> Result<(Conn, bool), Error> {
         if self.closed.load(Ordering::Acquire) {
             return Err(shut_down());
         }
-        if let Some(c) = self.take_idle() {
+        let budget = budget.max(MIN_WAIT);
+        if let Some(c) = self.take_idle(budget) {
             return Ok((c, true));
         }
-        Ok((self.endpoint.open(self.io_timeout)?, false))
+        let con = self.endpoint.open_raw(budget, self.io_timeout)?;
+        Ok((Conn::Node(con), false))
     }
 
     /// The most recently used idle connection that is alive as far as a
     /// `PING` can tell (only those idle for [`CHECK_IDLE_AFTER`] are
-    /// asked); `None` if there is none. A connection that fails the check
-    /// means the others are probably dead too: the pool is emptied.
-    fn take_idle(&self) -> Option<Conn> {
+    /// asked, each for at most `check_within`); `None` if there is none. A
+    /// connection that fails the check means the others are probably dead
+    /// too: the pool is emptied.
+    fn take_idle(&self, check_within: Duration) -> Option<Conn> {
         let (mut con, since) = self.idle.lock().pop()?;
         if since.elapsed() < CHECK_IDLE_AFTER {
             return Some(con);
         }
-        match redis::cmd("PING").query::<()>(&mut con) {
+        let shortened = check_within < self.io_timeout;
+        let checked = (|| -> redis::RedisResult<()> {
+            if shortened {
+                con.set_io_timeout(check_within)?;
+            }
+            redis::cmd("PING").query::<()>(&mut con)?;
+            if shortened {
+                con.set_io_timeout(self.io_timeout)?;
+            }
+            Ok(())
+        })();
+        match checked {
             Ok(()) => Some(con),
             Err(e) => {
                 tracing::debug!(target: "redwheel::runtime", addr = %self.endpoint.addr(), error = %e, "an idle connection died; opening a new one");
@@ -89,6 +107,11 @@ impl Pool {
                 None
             }
         }
+    }
+
+    /// The I/O timeout of its connections.
+    pub(crate) fn io_timeout(&self) -> Duration {
+        self.io_timeout
     }
 
     /// Returns a healthy connection for reuse.
@@ -202,7 +225,7 @@ impl Pool {
         if self.closed.load(Ordering::Acquire) {
             return Err(shut_down());
         }
-        match self.take_idle() {
+        match self.take_idle(self.io_timeout) {
             Some(c) => Ok((c, true)),
             None => Ok((self.open_within(started)?, false)),
         }

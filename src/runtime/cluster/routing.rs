@@ -3,7 +3,6 @@
 //! out `TRYAGAIN`, `CLUSTERDOWN` and a failover within the command
 //! timeout, never resending a command that may have been applied.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::slot_map::{Cluster, Node};
@@ -117,13 +116,6 @@ impl Cluster {
             self.request_refresh();
         }
         r
-    }
-
-    /// A blocking connection to the master serving `route`'s slot.
-    pub(crate) fn blocking(&self, route: &[u8]) -> Result<(Conn, Arc<Node>), Error> {
-        let node = self.node_for(route)?;
-        let (con, _) = node.blocking.get()?;
-        Ok((con, node))
     }
 }
 
