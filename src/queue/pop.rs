@@ -193,7 +193,7 @@ impl<T: Codec> Queue<T> {
                 Ok(c) => c,
                 Err(e) if e.is_transient() => {
                     rt.topology_may_have_changed();
-                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                    if !wait_backoff(until(&unresolved), &mut backoff, max_block) {
                         return Err(give_up(&unresolved, self.tag(e)));
                     }
                     continue;
@@ -252,7 +252,7 @@ impl<T: Codec> Queue<T> {
                     // reachable again once the move completes.
                     drop(con);
                     rt.topology_may_have_changed();
-                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                    if !wait_backoff(until(&unresolved), &mut backoff, max_block) {
                         if unresolved.pending() {
                             return Err(self.tag(unresolved.outcome_unknown(op.0, None)));
                         }
@@ -273,7 +273,7 @@ impl<T: Codec> Queue<T> {
                     // script's reply: the next round is the same request,
                     // answered with what the lost one did.
                     tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "redis unavailable while waiting; retrying");
-                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                    if !wait_backoff(until(&unresolved), &mut backoff, max_block) {
                         return Err(give_up(&unresolved, e));
                     }
                 }
@@ -429,16 +429,20 @@ fn peek_and_run(
     Ok(replies.pop().unwrap_or(redis::Value::Nil))
 }
 
-/// Sleeps for the backoff's next wait (not past `deadline`); false if the
-/// deadline has passed.
-fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff) -> bool {
+/// Sleeps for the backoff's next wait (not past `deadline`, and with no
+/// deadline for at most `max_block`, so that shutdown is noticed however
+/// long the backoff's maximum); false if the deadline has passed.
+fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff, max_block: Duration) -> bool {
     let mut wait = backoff.step();
-    if let Some(d) = deadline {
-        let left = d.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
+    match deadline {
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            wait = wait.min(left);
         }
-        wait = wait.min(left);
+        None => wait = wait.min(max_block),
     }
     std::thread::sleep(wait);
     true

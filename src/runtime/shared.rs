@@ -263,11 +263,13 @@ impl Runtime {
         self.driver.now()
     }
 
+    /// Shuts down, waiting up to `timeout` for the threads (a timeout too
+    /// long to be a point in time: as long as they take).
     pub(super) fn shutdown(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now().checked_add(timeout);
         if self.shut_down.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let deadline = Instant::now() + timeout;
         self.subscriber.stop();
         #[cfg(feature = "async")]
         self.asynk.close();
@@ -283,7 +285,7 @@ impl Runtime {
         let sub = self.subscriber_thread.lock().take();
         let mut sub_done = true;
         if let Some(h) = sub {
-            while !h.is_finished() && Instant::now() < deadline {
+            while !h.is_finished() && deadline.is_none_or(|d| Instant::now() < d) {
                 std::thread::sleep(Duration::from_millis(5));
             }
             if h.is_finished() {

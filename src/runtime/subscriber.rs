@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use redis::{PushInfo, PushKind, Value};
@@ -169,6 +169,19 @@ impl Subscriber {
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
+
+    /// Sleeps `d` (a backoff's wait, however long its maximum), waking
+    /// every [`POLL`] to end early at shutdown.
+    fn nap(&self, d: Duration) {
+        let until = Instant::now().checked_add(d);
+        while !self.stopping() {
+            let left = until.map_or(POLL, |u| u.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return;
+            }
+            thread::sleep(left.min(POLL));
+        }
+    }
 }
 
 /// Keeps one listener per node until shutdown, then joins them.
@@ -238,9 +251,7 @@ fn listen_to(sub: &Subscriber, addr: &str, endpoint: &Endpoint) {
                     tracing::warn!(target: "redwheel::runtime", node = addr, error = %e, retry_in_ms = wait.as_millis() as u64, "subscriber connection lost; reconnecting");
                 }
                 sub.locator.refresh();
-                if !sub.stopping() {
-                    thread::sleep(wait);
-                }
+                sub.nap(wait);
             }
         }
     }
@@ -343,7 +354,7 @@ fn listen(
                 }
                 pending.clear();
                 seen = (u64::MAX, u64::MAX);
-                thread::sleep(moved.step());
+                sub.nap(moved.step());
             }
             Ok(Value::ServerError(e)) => {
                 // Refused for good (an ACL without the channels, say):
