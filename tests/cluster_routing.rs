@@ -214,3 +214,30 @@ fn calls_on_live_masters_never_wait_for_a_slot_map_refresh_stuck_on_a_stopped_ma
     held.unlock().unwrap();
     rw.shutdown(Duration::from_secs(10)).unwrap();
 }
+
+/// Issue 29, finding 5. On one server a read whose pooled connection the
+/// server closed while it sat idle is sent again on a fresh one (README,
+/// "When the connection drops"); on a cluster it failed with
+/// `Unavailable` instead, and marked the master, which answers, down. Here
+/// the queue's master closes every client connection (`CLIENT KILL TYPE
+/// normal`) between two `len()`s, less than a second apart (so the pooled
+/// connection is not checked with a `PING` first).
+#[test]
+fn a_read_on_a_connection_the_server_closed_while_idle_is_sent_again() {
+    let cluster = RedisCluster::start();
+    let rw = cluster.connect();
+    let q = rw.queue::<String>("idle-read").unwrap();
+    q.offer(&"a".to_string(), Duration::from_secs(60)).unwrap();
+    assert_eq!(q.len().unwrap(), 1);
+    let master = cluster.master_of_slot(cluster.keyslot("{idle-read}"));
+    let killed = cluster
+        .node(master)
+        .cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    assert!(killed.starts_with(':'), "{killed}");
+    let again = q.len();
+    assert_eq!(
+        again.as_ref().ok(),
+        Some(&1),
+        "the read is sent again on a fresh connection: {again:?}"
+    );
+}

@@ -149,10 +149,23 @@ impl Pool {
     pub(crate) fn run<R>(
         &self,
         access: Access,
-        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, Error> {
+        self.try_run_as(access, f).map_err(|e| e.into_error(access))
+    }
+
+    /// As [`run`](Pool::run), telling a command that was never sent (no
+    /// connection) from one that failed (a redis error, possibly a
+    /// redirect to follow, or a connection lost after sending: the caller
+    /// decides what that means). A read is sent again once on a fresh
+    /// connection when the pooled one it went out on had died while idle.
+    pub(crate) fn try_run_as<R>(
+        &self,
+        access: Access,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<R, TryRunError> {
         let started = Instant::now();
-        let (mut con, was_idle) = self.checkout(started)?;
+        let (mut con, was_idle) = self.checkout(started).map_err(TryRunError::NotSent)?;
         match f(&mut con) {
             Ok(r) => {
                 self.put_back(con, was_idle);
@@ -160,18 +173,25 @@ impl Pool {
             }
             Err(e) if access == Access::Read && was_idle && died_while_idle(&e) => {
                 // A read is harmless to send again; the server closed a
-                // connection that sat idle (a restart). If it cannot be
-                // reached again, it is down.
+                // connection that sat idle (a restart, CLIENT KILL, its
+                // `timeout`). If it cannot be reached again, it is down.
                 drop(con);
                 self.clear();
-                let mut con = self.open_within(started)?;
-                let r = f(&mut con).map_err(|e| Error::from_redis(e, access))?;
-                self.put_back(con, false);
-                Ok(r)
+                let mut con = self.open_within(started).map_err(TryRunError::NotSent)?;
+                match f(&mut con) {
+                    Ok(r) => {
+                        self.put_back(con, false);
+                        Ok(r)
+                    }
+                    Err(e) => {
+                        self.lost(&e);
+                        Err(TryRunError::Failed(e))
+                    }
+                }
             }
             Err(e) => {
                 self.lost(&e);
-                Err(Error::from_redis(e, access))
+                Err(TryRunError::Failed(e))
             }
         }
     }
@@ -186,26 +206,13 @@ impl Pool {
         }
     }
 
-    /// Runs `f` once, as [`run`](Pool::run) runs a write, telling a
-    /// command that was never sent (no connection) from one that failed (a
-    /// redis error, possibly a redirect to follow, or a connection lost
-    /// after sending: the caller decides what that means).
+    /// Runs `f` once, as [`run`](Pool::run) runs a write (see
+    /// [`try_run_as`](Pool::try_run_as)).
     pub(crate) fn try_run<R>(
         &self,
-        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, TryRunError> {
-        let started = Instant::now();
-        let (mut con, was_idle) = self.checkout(started).map_err(TryRunError::NotSent)?;
-        match f(&mut con) {
-            Ok(r) => {
-                self.put_back(con, was_idle);
-                Ok(r)
-            }
-            Err(e) => {
-                self.lost(&e);
-                Err(TryRunError::Failed(e))
-            }
-        }
+        self.try_run_as(Access::Write, f)
     }
 
     /// As [`run`](Pool::run) for a write: `f` is sent once, whatever

@@ -52,7 +52,11 @@ impl Cluster {
                     f(con)
                 })
             } else {
-                node.commands.try_run(&mut f)
+                // A read is sent again once when its pooled connection
+                // turns out to have died while idle (the server closed it:
+                // CLIENT KILL, its `timeout`): the node answers, it is not
+                // down.
+                node.commands.try_run_as(access, &mut f)
             };
             let e = match result {
                 Ok(r) => {
