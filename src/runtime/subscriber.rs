@@ -279,6 +279,15 @@ fn pack_by_slot(command: &str, channels: &[&String]) -> (Vec<u8>, usize) {
 /// The connection speaks RESP3, so confirmations and messages are pushes;
 /// the `redis` crate hands every push to the connection's push sender as it
 /// reads it, so they are taken from there, whatever the read returns.
+///
+/// Two kinds of read, because the crate counts every response read that
+/// times out as a reply still owed, and skips that many later non-push
+/// replies: after one idle poll, the error replying to a subscription
+/// (`MOVED`, a refusal) would be skipped and never seen. So the idle
+/// waits for pushes ([`read_pushes`]) are reads the crate does not count,
+/// and a change of subscriptions is followed by a `PING` and read through
+/// to its `PONG` within the command timeout (no timeout counted: one is a
+/// failed connection), so every error reply to it is seen.
 fn listen(
     sub: &Subscriber,
     addr: &str,
@@ -321,48 +330,43 @@ fn listen(
                 .keys()
                 .filter(|ch| !subscribed.contains(*ch) && !pending.contains(*ch))
                 .collect();
-            if !add.is_empty() {
-                let (packed, _) = pack_by_slot("SSUBSCRIBE", &add);
-                con.send_packed_command(&packed)?;
-                pending.extend(add.into_iter().cloned());
-            }
             let drop_: Vec<&String> = subscribed
                 .iter()
                 .chain(pending.iter())
                 .filter(|ch| !handlers.contains_key(*ch))
                 .collect();
+            let mut packed = Vec::new();
+            if !add.is_empty() {
+                packed.extend(pack_by_slot("SSUBSCRIBE", &add).0);
+            }
             if !drop_.is_empty() {
-                let (packed, _) = pack_by_slot("SUNSUBSCRIBE", &drop_);
-                con.send_packed_command(&packed)?;
+                packed.extend(pack_by_slot("SUNSUBSCRIBE", &drop_).0);
+            }
+            if !packed.is_empty() {
+                pending.extend(add.into_iter().cloned());
+                if let Some(Redirect { slot, to }) = change_subscriptions(sub, con, &packed)? {
+                    // The slot map is stale: the channel is served where
+                    // the reply says (the rest of the map is refreshed
+                    // meanwhile); subscribe again there.
+                    match to {
+                        Some(to) => sub.locator.moved(addr, slot, &to),
+                        None => sub.locator.refresh(),
+                    }
+                    pending.clear();
+                    seen = (u64::MAX, u64::MAX);
+                    sub.nap(moved.step());
+                }
             }
         }
         // Connected once every subscription asked for is confirmed (a
-        // refused one never is, so the caller's backoff keeps growing).
+        // refused one never is: the connection fails, so the caller's
+        // backoff keeps growing).
         if !announced && pending.is_empty() {
             announced = true;
             connected();
         }
-        match con.recv_response() {
-            Ok(Value::ServerError(e)) if e.code() == "MOVED" => {
-                // The slot map is stale: the channel is served where the
-                // reply says (the rest of the map is refreshed meanwhile);
-                // subscribe again there.
-                tracing::debug!(target: "redwheel::runtime", node = addr, error = ?e, "subscriber: a subscription moved");
-                match redis::RedisError::from(e.clone()).redirect_node() {
-                    Some((to, slot)) => sub.locator.moved(addr, slot, to),
-                    None => sub.locator.refresh(),
-                }
-                pending.clear();
-                seen = (u64::MAX, u64::MAX);
-                sub.nap(moved.step());
-            }
-            Ok(Value::ServerError(e)) => {
-                // Refused for good (an ACL without the channels, say):
-                // fail the connection, so it is retried on the backoff
-                // rather than in a tight loop.
-                return Err(e.into());
-            }
-            Ok(_) => {}
+        match read_pushes(con) {
+            Ok(()) => {}
             Err(e) if e.is_timeout() => {}
             Err(e) => return Err(e),
         }
@@ -411,4 +415,67 @@ fn listen(
             }
         }
     }
+}
+
+/// Where a `MOVED` reply to a subscription sends its slot (`to`: `None` if
+/// the reply names no node).
+struct Redirect {
+    slot: u16,
+    to: Option<String>,
+}
+
+/// Sends `packed` (`SSUBSCRIBE` and `SUNSUBSCRIBE` commands) and a `PING`,
+/// and reads every reply through to the `PONG` within the command timeout:
+/// the confirmations are pushes (handled by the caller from the push
+/// sender), an error reply is the server's answer to one of the commands.
+/// A refusal fails the connection (retried on the backoff, not in a tight
+/// loop); a `MOVED` is returned. A read that times out fails the connection
+/// too: the crate would skip a later reply for it.
+fn change_subscriptions(
+    sub: &Subscriber,
+    con: &mut redis::Connection,
+    packed: &[u8],
+) -> redis::RedisResult<Option<Redirect>> {
+    let mut bytes = packed.to_vec();
+    bytes.extend(redis::cmd("PING").get_packed_command());
+    con.set_read_timeout(Some(sub.command_timeout))?;
+    con.send_packed_command(&bytes)?;
+    let mut redirect = None;
+    loop {
+        match con.recv_response()? {
+            Value::Push { .. } => {}
+            Value::ServerError(e) if e.code() == "MOVED" => {
+                tracing::debug!(target: "redwheel::runtime", error = ?e, "subscriber: a subscription moved");
+                let e = redis::RedisError::from(e);
+                redirect = Some(match e.redirect_node() {
+                    Some((to, slot)) => Redirect {
+                        slot,
+                        to: Some(to.to_owned()),
+                    },
+                    None => Redirect { slot: 0, to: None },
+                });
+            }
+            // Refused for good (an ACL without the channels, say).
+            Value::ServerError(e) => return Err(e.into()),
+            // The fence's `PONG`: every reply before it was read.
+            _ => break,
+        }
+    }
+    con.set_read_timeout(Some(POLL))?;
+    Ok(redirect)
+}
+
+/// Waits up to the connection's read timeout ([`POLL`]) for pushes (each
+/// handed to the push sender as it is read). Not a response read, so a
+/// timeout here is not counted as a reply still owed (the `redis` crate
+/// would skip a later reply for it); a non-push value here answers nothing
+/// we are waiting for, and is dropped.
+fn read_pushes(con: &mut redis::Connection) -> redis::RedisResult<()> {
+    let mut pubsub = con.as_pubsub();
+    let read = pubsub.get_message().map(drop);
+    // Dropping a `PubSub` would unsubscribe every classic channel and wait
+    // for the replies; it owns nothing but an empty queue, so it is
+    // forgotten instead.
+    std::mem::forget(pubsub);
+    read
 }
