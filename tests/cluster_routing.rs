@@ -241,3 +241,75 @@ fn a_read_on_a_connection_the_server_closed_while_idle_is_sent_again() {
         "the read is sent again on a fresh connection: {again:?}"
     );
 }
+
+/// Issue 29, finding 8. Every script of a queue declares keys that need
+/// not exist (its wake channel, which never is a key, and optional ones:
+/// controls, dead letters…). While the queue's slot is being migrated
+/// Redis answers a command with a declared key missing `TRYAGAIN` (on the
+/// source, where some keys exist) or `ASK` and then `TRYAGAIN` (on the
+/// target, with keys missing there): so the queue's scripts cannot run for
+/// the whole migration, from `MIGRATING` to the final `SETSLOT … NODE`,
+/// not only while its keys are half moved. A call waits that out within
+/// `command_timeout` and then fails with a transient error, nothing
+/// applied; once the slot is settled it goes through.
+#[test]
+fn a_queues_scripts_wait_out_the_whole_of_a_slot_migration_within_the_command_timeout() {
+    let cluster = RedisCluster::start();
+    let rw = Redwheel::connect_cluster_with(
+        &cluster
+            .urls()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        RedwheelOptions::default().command_timeout(Duration::from_secs(1)),
+    )
+    .unwrap();
+    let q = rw.queue::<String>("migrating").unwrap();
+    q.offer(&"before".to_string(), Duration::from_secs(60))
+        .unwrap();
+    let slot = cluster.keyslot("{migrating}");
+    let from = cluster.master_of_slot(slot);
+    let to = *cluster.master_ports().iter().find(|&&p| p != from).unwrap();
+    let id = |port: u16| {
+        cluster
+            .nodes()
+            .into_iter()
+            .find(|n| n.port == port)
+            .unwrap()
+            .id
+    };
+    let (from_id, to_id, slot_s) = (id(from), id(to), slot.to_string());
+    let ok = |reply: String| assert!(reply.starts_with("+OK"), "{reply}");
+    ok(cluster
+        .node(to)
+        .cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]));
+    ok(cluster
+        .node(from)
+        .cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]));
+    // Not one key has moved: every key of the queue is on the source.
+    let delayed = "redwheel:{migrating}:delayed";
+    assert_eq!(cluster.node(from).int(&["ZCARD", delayed]), 1);
+    let started = std::time::Instant::now();
+    let e = q
+        .offer(&"during".to_string(), Duration::from_secs(60))
+        .unwrap_err();
+    let took = started.elapsed();
+    eprintln!("an offer during the migration: {e:?} after {took:?}");
+    assert!(e.is_transient(), "{e:?}");
+    assert_ne!(e.kind(), redwheel::ErrorKind::OutcomeUnknown, "{e:?}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "waited the command timeout out: {took:?}"
+    );
+    assert_eq!(
+        cluster.node(from).int(&["ZCARD", delayed]),
+        1,
+        "nothing was applied"
+    );
+    // The migration ends (its keys moved, the slot given to the target):
+    // the same call goes through.
+    cluster.migrate_slot(slot, from, to, 100, || {});
+    q.offer(&"after".to_string(), Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(q.len().unwrap(), 2);
+}
