@@ -358,18 +358,8 @@ fn listen(
                 }
             }
         }
-        // Connected once every subscription asked for is confirmed (a
-        // refused one never is: the connection fails, so the caller's
-        // backoff keeps growing).
-        if !announced && pending.is_empty() {
-            announced = true;
-            connected();
-        }
-        match read_pushes(con) {
-            Ok(()) => {}
-            Err(e) if e.is_timeout() => {}
-            Err(e) => return Err(e),
-        }
+        // What arrived meanwhile (the confirmations read with a change of
+        // subscriptions among it) first, then wait for more.
         while let Ok(push) = pushes.try_recv() {
             // Borrowed: a wake-up message allocates nothing here.
             let channel = match push.data.first() {
@@ -413,6 +403,18 @@ fn listen(
                 }
                 _ => {}
             }
+        }
+        // Connected once every subscription asked for is confirmed (a
+        // refused one never is: the connection fails, so the caller's
+        // backoff keeps growing).
+        if !announced && pending.is_empty() {
+            announced = true;
+            connected();
+        }
+        match read_pushes(con) {
+            Ok(()) => {}
+            Err(e) if e.is_timeout() => {}
+            Err(e) => return Err(e),
         }
     }
 }
@@ -469,7 +471,9 @@ fn change_subscriptions(
 /// handed to the push sender as it is read). Not a response read, so a
 /// timeout here is not counted as a reply still owed (the `redis` crate
 /// would skip a later reply for it); a non-push value here answers nothing
-/// we are waiting for, and is dropped.
+/// we are waiting for, and is dropped. A message ends the read at once;
+/// other pushes read here (an unsubscribe when a slot moved away) are
+/// handled when it ends, within [`POLL`].
 fn read_pushes(con: &mut redis::Connection) -> redis::RedisResult<()> {
     let mut pubsub = con.as_pubsub();
     let read = pubsub.get_message().map(drop);
