@@ -270,22 +270,7 @@ fn a_queues_scripts_wait_out_the_whole_of_a_slot_migration_within_the_command_ti
     let slot = cluster.keyslot("{migrating}");
     let from = cluster.master_of_slot(slot);
     let to = *cluster.master_ports().iter().find(|&&p| p != from).unwrap();
-    let id = |port: u16| {
-        cluster
-            .nodes()
-            .into_iter()
-            .find(|n| n.port == port)
-            .unwrap()
-            .id
-    };
-    let (from_id, to_id, slot_s) = (id(from), id(to), slot.to_string());
-    let ok = |reply: String| assert!(reply.starts_with("+OK"), "{reply}");
-    ok(cluster
-        .node(to)
-        .cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]));
-    ok(cluster
-        .node(from)
-        .cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]));
+    cluster.start_migration(slot, from, to);
     // Not one key has moved: every key of the queue is on the source.
     let delayed = "redwheel:{migrating}:delayed";
     assert_eq!(cluster.node(from).int(&["ZCARD", delayed]), 1);
