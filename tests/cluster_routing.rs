@@ -214,3 +214,87 @@ fn calls_on_live_masters_never_wait_for_a_slot_map_refresh_stuck_on_a_stopped_ma
     held.unlock().unwrap();
     rw.shutdown(Duration::from_secs(10)).unwrap();
 }
+
+/// Issue 29, finding 5. On one server a read whose pooled connection the
+/// server closed while it sat idle is sent again on a fresh one (README,
+/// "When the connection drops"); on a cluster it failed with
+/// `Unavailable` instead, and marked the master, which answers, down. Here
+/// the queue's master closes every client connection (`CLIENT KILL TYPE
+/// normal`) between two `len()`s, less than a second apart (so the pooled
+/// connection is not checked with a `PING` first).
+#[test]
+fn a_read_on_a_connection_the_server_closed_while_idle_is_sent_again() {
+    let cluster = RedisCluster::start();
+    let rw = cluster.connect();
+    let q = rw.queue::<String>("idle-read").unwrap();
+    q.offer(&"a".to_string(), Duration::from_secs(60)).unwrap();
+    assert_eq!(q.len().unwrap(), 1);
+    let master = cluster.master_of_slot(cluster.keyslot("{idle-read}"));
+    let killed = cluster
+        .node(master)
+        .cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    assert!(killed.starts_with(':'), "{killed}");
+    let again = q.len();
+    assert_eq!(
+        again.as_ref().ok(),
+        Some(&1),
+        "the read is sent again on a fresh connection: {again:?}"
+    );
+}
+
+/// Issue 29, finding 8. Every script of a queue declares keys that need
+/// not exist (its wake channel, which never is a key, and optional ones:
+/// controls, dead letters…). While the queue's slot is being migrated
+/// Redis answers a command with a declared key missing `TRYAGAIN` (on the
+/// source, where some keys exist) or `ASK` and then `TRYAGAIN` (on the
+/// target, with keys missing there): so the queue's scripts cannot run for
+/// the whole migration, from `MIGRATING` to the final `SETSLOT … NODE`,
+/// not only while its keys are half moved. A call waits that out within
+/// `command_timeout` and then fails with a transient error, nothing
+/// applied; once the slot is settled it goes through.
+#[test]
+fn a_queues_scripts_wait_out_the_whole_of_a_slot_migration_within_the_command_timeout() {
+    let cluster = RedisCluster::start();
+    let rw = Redwheel::connect_cluster_with(
+        &cluster
+            .urls()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        RedwheelOptions::default().command_timeout(Duration::from_secs(1)),
+    )
+    .unwrap();
+    let q = rw.queue::<String>("migrating").unwrap();
+    q.offer(&"before".to_string(), Duration::from_secs(60))
+        .unwrap();
+    let slot = cluster.keyslot("{migrating}");
+    let from = cluster.master_of_slot(slot);
+    let to = *cluster.master_ports().iter().find(|&&p| p != from).unwrap();
+    cluster.start_migration(slot, from, to);
+    // Not one key has moved: every key of the queue is on the source.
+    let delayed = "redwheel:{migrating}:delayed";
+    assert_eq!(cluster.node(from).int(&["ZCARD", delayed]), 1);
+    let started = std::time::Instant::now();
+    let e = q
+        .offer(&"during".to_string(), Duration::from_secs(60))
+        .unwrap_err();
+    let took = started.elapsed();
+    eprintln!("an offer during the migration: {e:?} after {took:?}");
+    assert!(e.is_transient(), "{e:?}");
+    assert_ne!(e.kind(), redwheel::ErrorKind::OutcomeUnknown, "{e:?}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "waited the command timeout out: {took:?}"
+    );
+    assert_eq!(
+        cluster.node(from).int(&["ZCARD", delayed]),
+        1,
+        "nothing was applied"
+    );
+    // The migration ends (its keys moved, the slot given to the target):
+    // the same call goes through.
+    cluster.migrate_slot(slot, from, to, 100, || {});
+    q.offer(&"after".to_string(), Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(q.len().unwrap(), 2);
+}

@@ -277,3 +277,78 @@ fn wake_ups_still_arrive_after_the_subscriber_has_idled() {
     }
     drop(server);
 }
+
+/// Issue 29, finding 8, the transfer's arming. On a cluster the `server −
+/// local` estimate is measured on one master (the first in the map), not
+/// on the queue's: with clocks that differ between hosts, a queue on
+/// another master is armed from its wake-ups by an estimate off by their
+/// skew. Simulated here by skewing the estimate (the local cluster's nodes
+/// share one clock): an estimate that believes the server 1.5 s behind
+/// arms the wake-up 1.5 s late, and the message is taken that late, never
+/// early (the transfer judges due times by its own server's `TIME`; an
+/// estimate ahead only costs an early run that moves nothing, as
+/// `a_wake_up_that_fires_early_reschedules_instead_of_spinning` shows).
+#[test]
+fn a_clock_estimate_behind_the_queues_server_makes_a_wake_up_late_by_the_skew_never_early() {
+    let server = std::sync::Arc::new(RedisServer::start());
+    let url = server.url();
+    let rw = server.connect();
+    // Only an attempt in which this process's one run after the offer
+    // moved the message says when the wake-up fired: a run that came for
+    // another reason (the one after the subscription, processed late)
+    // learns the due time from the script's reply instead, and a message
+    // the offering process moved says nothing. Such an attempt is made
+    // again on a queue of its own.
+    for attempt in 0..5 {
+        let name = format!("behind-{attempt}");
+        let q = rw
+            .queue_with::<String>(
+                &name,
+                QueueOptions::default().guard_interval(Duration::from_secs(3600)),
+            )
+            .unwrap();
+        let wake = format!("redwheel:{{{name}}}:wake");
+        let s = std::sync::Arc::clone(&server);
+        within(Duration::from_secs(60), move || {
+            while !s.cmd(&["PUBSUB", "SHARDNUMSUB", &wake]).contains(":1\r\n") {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        // This process believes the server 1.5 s behind where it is.
+        redwheel::test_support::skew_clock_estimate(&rw, -1_500);
+        let before = q.transfer_stats();
+        // Offered by another process, gone well before the due time: this
+        // one learns of the message from the wake channel only.
+        let producer = Redwheel::connect(&url).unwrap();
+        producer
+            .queue::<String>(&name)
+            .unwrap()
+            .offer(&"m".to_string(), Duration::from_secs(2))
+            .unwrap();
+        producer.shutdown(Duration::from_secs(10)).unwrap();
+        let s = std::sync::Arc::clone(&server);
+        let (m, taken_at) = within(Duration::from_secs(60), {
+            let q = q.clone();
+            move || {
+                let m = q.take().unwrap();
+                (m, s.time_ms())
+            }
+        });
+        redwheel::test_support::skew_clock_estimate(&rw, 1_500);
+        assert!(taken_at >= m.due_ms(), "never early");
+        let late = taken_at - m.due_ms();
+        let after = q.transfer_stats();
+        let (runs, moved) = (after.runs - before.runs, after.moved - before.moved);
+        eprintln!(
+            "attempt {attempt}: taken {late} ms after its due time; {runs} run(s) moved {moved}"
+        );
+        if (runs, moved) != (1, 1) {
+            continue;
+        }
+        // A lower bound only (load makes it later, never earlier): the one
+        // run, armed by the wake-up, came at the skewed instant.
+        assert!(late >= 1_200, "late by about the skew: {late} ms");
+        return;
+    }
+    panic!("no attempt had the wake-up alone move the message");
+}

@@ -48,7 +48,12 @@ impl<T: Codec> Queue<T> {
     /// crash is acceptable and one round trip matters; use this (or
     /// [`consume`](Queue::consume)) otherwise.
     ///
-    /// Blocks like `take` (woken when a message lands, not by polling). A
+    /// Blocks like `take` (woken when a message lands, not by polling), and
+    /// like [`poll`](Queue::poll) returns within `wait` plus one
+    /// `command_timeout` whatever Redis does meanwhile (`OutcomeUnknown`
+    /// if a claim whose reply was lost could not be asked about again by
+    /// then); a `wait` too long to be a point in time waits until a
+    /// message comes. A
     /// payload that cannot be decoded is moved to the dead letters with the
     /// decode error, and this returns [`ErrorKind::Decode`] naming it.
     ///

@@ -298,7 +298,7 @@ impl<T: Codec> Queue<T> {
     pub(crate) fn announce_deadline(&self, d: Duration) {
         self.rt().driver.announce(
             &self.state.job_key,
-            Deadline::After(d + Duration::from_millis(1)),
+            Deadline::After(d.saturating_add(Duration::from_millis(1))),
         );
     }
 }

@@ -14,7 +14,7 @@ use super::codec::Codec;
 use super::handle::Queue;
 use super::request::RESOLVE_WITHIN;
 use crate::error::{Access, Error, ErrorKind};
-use crate::runtime::{Backoff, Conn, Deadline, random_u64, shut_down};
+use crate::runtime::{Backoff, Blocking, Conn, Deadline, random_u64, shut_down};
 use crate::telemetry;
 
 /// Whether a request whose attempt may have run has been answered since;
@@ -161,6 +161,18 @@ impl<T: Codec> Queue<T> {
                 e
             }
         };
+        // The latest a call with a deadline returns, whatever Redis does:
+        // `command_timeout` past its deadline. Every read, connect and
+        // wait below ends by then (a frozen server accepts connections and
+        // never answers), so a round lost late has what is left of it to
+        // be answered, not a whole `command_timeout` more.
+        let hard = deadline.and_then(|d| d.checked_add(answer_within));
+        // While a lost round is unanswered, wait for its answer (until
+        // `hard`), not for messages (no blocking).
+        let until = |unresolved: &Unresolved| match (deadline, unresolved.0) {
+            (Some(_), Some(_)) => hard,
+            _ => deadline,
+        };
         loop {
             if rt.is_shut_down() {
                 return Err(give_up(&unresolved, self.tag(shut_down())));
@@ -168,21 +180,14 @@ impl<T: Codec> Queue<T> {
             if unresolved.too_old() {
                 return Err(self.tag(unresolved.outcome_unknown(op.0, None)));
             }
-            // While a lost round is unanswered, wait for its answer, not
-            // for messages (no blocking): past `deadline`, for at most
-            // `command_timeout` from the later of the deadline and the loss.
-            let until = |unresolved: &Unresolved| match (deadline, unresolved.0) {
-                (Some(d), Some(lost)) => Some(d.max(lost) + answer_within),
-                _ => deadline,
-            };
             // Read before the script runs, so an opening of the gate between
             // its reply and the wait below is not missed.
             let seen = gate.generation();
-            let mut con = match rt.blocking(&self.state.keys.ready) {
+            let mut con = match rt.blocking(&self.state.keys.ready, hard) {
                 Ok(c) => c,
                 Err(e) if e.is_transient() => {
                     rt.topology_may_have_changed();
-                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                    if !wait_backoff(until(&unresolved), &mut backoff, max_block) {
                         return Err(give_up(&unresolved, self.tag(e)));
                     }
                     continue;
@@ -194,7 +199,7 @@ impl<T: Codec> Queue<T> {
             } else {
                 deadline
             };
-            match self.pop_round(&mut con.con, round_deadline, max_block, &pop) {
+            match self.pop_round(&mut con, (round_deadline, hard), max_block, &pop) {
                 Ok(Popped::Found(value)) => {
                     rt.put_blocking(con);
                     return Ok(Some(value));
@@ -241,7 +246,7 @@ impl<T: Codec> Queue<T> {
                     // reachable again once the move completes.
                     drop(con);
                     rt.topology_may_have_changed();
-                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                    if !wait_backoff(until(&unresolved), &mut backoff, max_block) {
                         if unresolved.pending() {
                             return Err(self.tag(unresolved.outcome_unknown(op.0, None)));
                         }
@@ -262,7 +267,7 @@ impl<T: Codec> Queue<T> {
                     // script's reply: the next round is the same request,
                     // answered with what the lost one did.
                     tracing::debug!(target: "redwheel::queue", queue = %self.state.name, error = %e, "redis unavailable while waiting; retrying");
-                    if !wait_backoff(until(&unresolved), &mut backoff) {
+                    if !wait_backoff(until(&unresolved), &mut backoff, max_block) {
                         return Err(give_up(&unresolved, e));
                     }
                 }
@@ -273,10 +278,13 @@ impl<T: Codec> Queue<T> {
     /// One round: run the pop script; if it found nothing, block until the
     /// ready list is non-empty (or the round's timeout), then run it once
     /// more.
+    ///
+    /// Each read ends by `hard` at the latest (the call's deadline plus
+    /// `command_timeout`, if it has one).
     fn pop_round(
         &self,
-        con: &mut Conn,
-        deadline: Option<Instant>,
+        b: &mut Blocking,
+        (deadline, hard): (Option<Instant>, Option<Instant>),
         max_block: Duration,
         pop: &Pop<'_>,
     ) -> redis::RedisResult<Popped> {
@@ -312,7 +320,8 @@ impl<T: Codec> Queue<T> {
                 g => Popped::Gated(g),
             }
         };
-        match read(invoke(con)?) {
+        b.end_io_by(hard)?;
+        match read(invoke(&mut b.con)?) {
             Popped::Nothing => {}
             other => return Ok(other),
         }
@@ -348,16 +357,18 @@ impl<T: Codec> Queue<T> {
         for a in args {
             evalsha.arg(*a);
         }
-        let reply = match p.query::<(redis::Value,)>(con) {
+        let packed = p.get_packed_pipeline();
+        let reply = match peek_and_run(b, &packed, hard) {
             Err(e) if is_noscript(&e) => {
                 // Pipelined EVALSHA is not reloaded by `redis::Script`:
                 // load it and run the round again.
-                script.load(con)?;
-                p.query::<(redis::Value,)>(con)?
+                b.end_io_by(hard)?;
+                script.load(&mut b.con)?;
+                peek_and_run(b, &packed, hard)?
             }
             other => other?,
         };
-        Ok(read(reply.0))
+        Ok(read(reply))
     }
 }
 impl<T: Codec> Queue<T> {
@@ -390,16 +401,42 @@ fn header_int(items: &[redis::Value], i: usize) -> i64 {
     }
 }
 
-/// Sleeps for the backoff's next wait (not past `deadline`); false if the
-/// deadline has passed.
-fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff) -> bool {
+/// Sends the blocking peek and the script pipelined (`packed`) and reads
+/// their replies, the script's last: the first that fails ends the read,
+/// so a server that stopped answering costs one read timeout, not one per
+/// reply (the `redis` crate's pipelines read every reply even after a
+/// timeout). Each read ends by `hard`.
+fn peek_and_run(
+    b: &mut Blocking,
+    packed: &[u8],
+    hard: Option<Instant>,
+) -> redis::RedisResult<redis::Value> {
+    b.end_io_by(hard)?;
+    b.con.send_pipeline(packed)?;
+    let mut replies = b.con.recv_pipeline(2)?;
+    if let Some(e) = replies.iter().find_map(|v| match v {
+        redis::Value::ServerError(e) => Some(e.clone()),
+        _ => None,
+    }) {
+        return Err(e.into());
+    }
+    Ok(replies.pop().unwrap_or(redis::Value::Nil))
+}
+
+/// Sleeps for the backoff's next wait (not past `deadline`, and with no
+/// deadline for at most `max_block`, so that shutdown is noticed however
+/// long the backoff's maximum); false if the deadline has passed.
+fn wait_backoff(deadline: Option<Instant>, backoff: &mut Backoff, max_block: Duration) -> bool {
     let mut wait = backoff.step();
-    if let Some(d) = deadline {
-        let left = d.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
+    match deadline {
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            wait = wait.min(left);
         }
-        wait = wait.min(left);
+        None => wait = wait.min(max_block),
     }
     std::thread::sleep(wait);
     true

@@ -52,6 +52,13 @@ impl<T: Codec> Queue<T> {
     /// when no message came. If Redis stayed unreachable until the timeout,
     /// the last connection error is returned instead.
     ///
+    /// Returns within `timeout` plus one `command_timeout` whatever Redis
+    /// does meanwhile (killed, or frozen with its connections open): every
+    /// read, connect and wait ends by then, and a take whose reply was lost
+    /// and could not be asked about again by then is
+    /// [`ErrorKind::OutcomeUnknown`]. A `timeout` too long to be a point in
+    /// time (`Duration::MAX`) waits as [`take`](Queue::take) does.
+    ///
     /// ```no_run
     /// use std::time::Duration;
     /// use redwheel::Redwheel;

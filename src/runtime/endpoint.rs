@@ -20,6 +20,22 @@ pub(crate) struct Endpoint {
     /// `host:port`.
     host_port: String,
     connect_timeout: Duration,
+    /// How many replies the `redis` crate reads while it sets up a
+    /// connection of `client` and of `resp3` (see [`setup_reads`]).
+    setup_reads: (u32, u32),
+}
+
+/// How many replies the `redis` crate's connect reads after the TCP
+/// connect (`HELLO` or `AUTH`, `SELECT`, two `CLIENT SETINFO`): it reads
+/// every one of them, each within what is left of the connect timeout,
+/// even after one timed out, so a server that accepts connections and
+/// never answers (a frozen one) holds a connect up for this many times
+/// that. Dividing the timeout by it makes the connect end within it.
+fn setup_reads(info: &redis::RedisConnectionInfo) -> u32 {
+    let auth = info.protocol() != redis::ProtocolVersion::RESP2 || info.password().is_some();
+    let select = info.db() != 0;
+    let setinfo = if info.skip_set_lib_name() { 0 } else { 2 };
+    (u32::from(auth) + u32::from(select) + setinfo).max(1)
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -92,12 +108,17 @@ impl Endpoint {
             .clone()
             .set_protocol(redis::ProtocolVersion::RESP3);
         let resp3 = Client::open(info.set_redis_settings(settings)).map_err(invalid)?;
+        let setup_reads = (
+            setup_reads(client.get_connection_info().redis_settings()),
+            setup_reads(resp3.get_connection_info().redis_settings()),
+        );
         Ok(Endpoint {
             client,
             resp3,
             addr,
             host_port,
             connect_timeout: options.connect_timeout,
+            setup_reads,
         })
     }
 
@@ -111,8 +132,16 @@ impl Endpoint {
         &self.host_port
     }
 
+    /// The timeout to give the `redis` crate's connect so that the whole
+    /// of it, handshake included, takes at most `within` (and the
+    /// option's connect timeout).
+    fn connect_within(&self, within: Duration, setup_reads: u32) -> Duration {
+        (within.min(self.connect_timeout) / setup_reads).max(MIN_WAIT)
+    }
+
     /// Opens a raw connection whose reads and writes time out after
-    /// `io_timeout`; the connect itself takes at most `connect_timeout`.
+    /// `io_timeout`; the connect itself, handshake included, takes at most
+    /// `connect_timeout`.
     pub(crate) fn open_raw(
         &self,
         connect_timeout: Duration,
@@ -120,7 +149,7 @@ impl Endpoint {
     ) -> Result<redis::Connection, Error> {
         let con = self
             .client
-            .get_connection_with_timeout(connect_timeout.min(self.connect_timeout).max(MIN_WAIT))
+            .get_connection_with_timeout(self.connect_within(connect_timeout, self.setup_reads.0))
             .map_err(|e| Error::connect(e, &self.addr))?;
         set_timeouts(&con, io_timeout).map_err(|e| Error::connect(e, &self.addr))?;
         Ok(con)
@@ -135,7 +164,7 @@ impl Endpoint {
     ) -> Result<redis::Connection, Error> {
         let con = self
             .resp3
-            .get_connection_with_timeout(connect_timeout.min(self.connect_timeout).max(MIN_WAIT))
+            .get_connection_with_timeout(self.connect_within(connect_timeout, self.setup_reads.1))
             .map_err(|e| Error::connect(e, &self.addr))?;
         set_timeouts(&con, io_timeout).map_err(|e| Error::connect(e, &self.addr))?;
         Ok(con)

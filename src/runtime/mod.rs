@@ -62,7 +62,7 @@ pub use self::redwheel::Redwheel;
 pub(crate) use self::replicas::WaitReplicas;
 #[cfg(feature = "async")]
 pub(crate) use self::replicas::run_alone;
-pub(crate) use self::shared::Runtime;
+pub(crate) use self::shared::{Blocking, Runtime};
 pub(crate) use self::subscriber::Subscription;
 #[cfg(feature = "async")]
 pub(crate) use self::wait::{Cell, WaitList, detach};

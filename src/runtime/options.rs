@@ -6,7 +6,16 @@ use std::time::Duration;
 
 use crate::error::{Error, ErrorKind};
 
+/// The longest duration any of these options takes: 24 hours. Longer
+/// (up to `Duration::MAX`) is refused with `ErrorKind::InvalidOption`
+/// when connecting, never taken as "forever" or left to overflow.
+const MAX_OPTION_DURATION: Duration = Duration::from_secs(24 * 3600);
+
 /// Connection settings of a [`Redwheel`].
+///
+/// Every duration here is at most 24 hours; a longer one (up to
+/// `Duration::MAX`) makes the connect fail with
+/// [`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption).
 ///
 /// ```
 /// use std::time::Duration;
@@ -77,7 +86,8 @@ impl Default for RedwheelOptions {
 }
 
 impl RedwheelOptions {
-    /// How long opening a connection may take. Default 2 s.
+    /// How long opening a connection may take, the handshake (`AUTH`,
+    /// `SELECT`, `CLIENT SETINFO`) included. Up to 24 h; default 2 s.
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
         self
@@ -86,7 +96,8 @@ impl RedwheelOptions {
     /// The longest a command may take, all attempts included: a call that
     /// gets no answer in this time fails with
     /// [`ErrorKind::OutcomeUnknown`] (a write that may have happened) or
-    /// [`ErrorKind::Unavailable`] (a read, or nothing sent). Default 5 s.
+    /// [`ErrorKind::Unavailable`] (a read, or nothing sent). 1 ms ..= 24 h;
+    /// default 5 s.
     pub fn command_timeout(mut self, d: Duration) -> Self {
         self.command_timeout = d;
         self
@@ -109,7 +120,7 @@ impl RedwheelOptions {
     }
 
     /// How often the `server − local` clock offset is re-estimated.
-    /// Default 30 s.
+    /// Up to 24 h; default 30 s.
     pub fn clock_refresh(mut self, d: Duration) -> Self {
         self.clock_refresh = d;
         self
@@ -118,7 +129,8 @@ impl RedwheelOptions {
     /// Waits between attempts to reach Redis again while it is down: from
     /// `min`, doubling up to `max`. Every background thread and blocked
     /// consumer retries on this schedule, so work resumes within about
-    /// `max` of Redis being back. Default 10 ms to 50 ms.
+    /// `max` of Redis being back. 1 ms <= `min` <= `max` <= 24 h; default
+    /// 10 ms to 50 ms.
     pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
         self.reconnect_min = min;
         self.reconnect_max = max;
@@ -154,23 +166,27 @@ impl RedwheelOptions {
                 format!("invalid option `{name}`: {reason}"),
             ))
         };
-        if self.connect_timeout.is_zero() {
-            return bad("connect_timeout", "must be greater than zero");
+        if self.connect_timeout.is_zero() || self.connect_timeout > MAX_OPTION_DURATION {
+            return bad("connect_timeout", "must be within 1 ns ..= 24 h");
         }
-        if self.command_timeout < Duration::from_millis(1) {
-            return bad("command_timeout", "must be at least 1 ms");
+        if self.command_timeout < Duration::from_millis(1)
+            || self.command_timeout > MAX_OPTION_DURATION
+        {
+            return bad("command_timeout", "must be within 1 ms ..= 24 h");
         }
         if self.max_block < Duration::from_millis(1) || self.max_block > Duration::from_secs(1) {
             return bad("max_block", "must be within 1 ms ..= 1 s");
         }
-        if self.clock_refresh.is_zero() {
-            return bad("clock_refresh", "must be greater than zero");
+        if self.clock_refresh.is_zero() || self.clock_refresh > MAX_OPTION_DURATION {
+            return bad("clock_refresh", "must be within 1 ns ..= 24 h");
         }
-        if self.reconnect_min < Duration::from_millis(1) || self.reconnect_max < self.reconnect_min
+        if self.reconnect_min < Duration::from_millis(1)
+            || self.reconnect_max < self.reconnect_min
+            || self.reconnect_max > MAX_OPTION_DURATION
         {
             return bad(
                 "reconnect_backoff",
-                "needs 1 ms <= min <= max (for example 10 ms, 50 ms)",
+                "needs 1 ms <= min <= max <= 24 h (for example 10 ms, 50 ms)",
             );
         }
         Ok(())

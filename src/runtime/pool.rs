@@ -61,27 +61,45 @@ impl Pool {
     }
 
     /// An idle connection (`true`: it was idle; checked if idle long, but it
-    /// may still have died since its last use) or a new one.
-    pub(crate) fn get(&self) -> Result<(Conn, bool), Error> {
+    /// may still have died since its last use) or a new one, for a caller
+    /// whose wait must end within `budget`: the check of a long-idle
+    /// connection, and the connect and handshake of a new one, take no
+    /// longer (a frozen server accepts connections and never answers on
+    /// them).
+    pub(crate) fn get_within(&self, budget: Duration) -> Result<(Conn, bool), Error> {
         if self.closed.load(Ordering::Acquire) {
             return Err(shut_down());
         }
-        if let Some(c) = self.take_idle() {
+        let budget = budget.max(MIN_WAIT);
+        if let Some(c) = self.take_idle(budget) {
             return Ok((c, true));
         }
-        Ok((self.endpoint.open(self.io_timeout)?, false))
+        let con = self.endpoint.open_raw(budget, self.io_timeout)?;
+        Ok((Conn::Node(con), false))
     }
 
     /// The most recently used idle connection that is alive as far as a
     /// `PING` can tell (only those idle for [`CHECK_IDLE_AFTER`] are
-    /// asked); `None` if there is none. A connection that fails the check
-    /// means the others are probably dead too: the pool is emptied.
-    fn take_idle(&self) -> Option<Conn> {
+    /// asked, each for at most `check_within`); `None` if there is none. A
+    /// connection that fails the check means the others are probably dead
+    /// too: the pool is emptied.
+    fn take_idle(&self, check_within: Duration) -> Option<Conn> {
         let (mut con, since) = self.idle.lock().pop()?;
         if since.elapsed() < CHECK_IDLE_AFTER {
             return Some(con);
         }
-        match redis::cmd("PING").query::<()>(&mut con) {
+        let shortened = check_within < self.io_timeout;
+        let checked = (|| -> redis::RedisResult<()> {
+            if shortened {
+                con.set_io_timeout(check_within)?;
+            }
+            redis::cmd("PING").query::<()>(&mut con)?;
+            if shortened {
+                con.set_io_timeout(self.io_timeout)?;
+            }
+            Ok(())
+        })();
+        match checked {
             Ok(()) => Some(con),
             Err(e) => {
                 tracing::debug!(target: "redwheel::runtime", addr = %self.endpoint.addr(), error = %e, "an idle connection died; opening a new one");
@@ -89,6 +107,11 @@ impl Pool {
                 None
             }
         }
+    }
+
+    /// The I/O timeout of its connections.
+    pub(crate) fn io_timeout(&self) -> Duration {
+        self.io_timeout
     }
 
     /// Returns a healthy connection for reuse.
@@ -126,10 +149,23 @@ impl Pool {
     pub(crate) fn run<R>(
         &self,
         access: Access,
-        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, Error> {
+        self.try_run_as(access, f).map_err(|e| e.into_error(access))
+    }
+
+    /// As [`run`](Pool::run), telling a command that was never sent (no
+    /// connection) from one that failed (a redis error, possibly a
+    /// redirect to follow, or a connection lost after sending: the caller
+    /// decides what that means). A read is sent again once on a fresh
+    /// connection when the pooled one it went out on had died while idle.
+    pub(crate) fn try_run_as<R>(
+        &self,
+        access: Access,
+        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+    ) -> Result<R, TryRunError> {
         let started = Instant::now();
-        let (mut con, was_idle) = self.checkout(started)?;
+        let (mut con, was_idle) = self.checkout(started).map_err(TryRunError::NotSent)?;
         match f(&mut con) {
             Ok(r) => {
                 self.put_back(con, was_idle);
@@ -137,18 +173,25 @@ impl Pool {
             }
             Err(e) if access == Access::Read && was_idle && died_while_idle(&e) => {
                 // A read is harmless to send again; the server closed a
-                // connection that sat idle (a restart). If it cannot be
-                // reached again, it is down.
+                // connection that sat idle (a restart, CLIENT KILL, its
+                // `timeout`). If it cannot be reached again, it is down.
                 drop(con);
                 self.clear();
-                let mut con = self.open_within(started)?;
-                let r = f(&mut con).map_err(|e| Error::from_redis(e, access))?;
-                self.put_back(con, false);
-                Ok(r)
+                let mut con = self.open_within(started).map_err(TryRunError::NotSent)?;
+                match f(&mut con) {
+                    Ok(r) => {
+                        self.put_back(con, false);
+                        Ok(r)
+                    }
+                    Err(e) => {
+                        self.lost(&e);
+                        Err(TryRunError::Failed(e))
+                    }
+                }
             }
             Err(e) => {
                 self.lost(&e);
-                Err(Error::from_redis(e, access))
+                Err(TryRunError::Failed(e))
             }
         }
     }
@@ -163,26 +206,13 @@ impl Pool {
         }
     }
 
-    /// Runs `f` once, as [`run`](Pool::run) runs a write, telling a
-    /// command that was never sent (no connection) from one that failed (a
-    /// redis error, possibly a redirect to follow, or a connection lost
-    /// after sending: the caller decides what that means).
+    /// Runs `f` once, as [`run`](Pool::run) runs a write (see
+    /// [`try_run_as`](Pool::try_run_as)).
     pub(crate) fn try_run<R>(
         &self,
-        mut f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
+        f: impl FnMut(&mut Conn) -> redis::RedisResult<R>,
     ) -> Result<R, TryRunError> {
-        let started = Instant::now();
-        let (mut con, was_idle) = self.checkout(started).map_err(TryRunError::NotSent)?;
-        match f(&mut con) {
-            Ok(r) => {
-                self.put_back(con, was_idle);
-                Ok(r)
-            }
-            Err(e) => {
-                self.lost(&e);
-                Err(TryRunError::Failed(e))
-            }
-        }
+        self.try_run_as(Access::Write, f)
     }
 
     /// A connection for a call started at `started`: an idle one (checked
@@ -191,7 +221,7 @@ impl Pool {
         if self.closed.load(Ordering::Acquire) {
             return Err(shut_down());
         }
-        match self.take_idle() {
+        match self.take_idle(self.io_timeout) {
             Some(c) => Ok((c, true)),
             None => Ok((self.open_within(started)?, false)),
         }
@@ -229,6 +259,16 @@ pub(crate) enum TryRunError {
     NotSent(Error),
     /// Redis (or the connection) failed the command.
     Failed(redis::RedisError),
+}
+
+impl TryRunError {
+    /// The caller's error, given whether the command writes.
+    pub(crate) fn into_error(self, access: Access) -> Error {
+        match self {
+            TryRunError::NotSent(e) => e,
+            TryRunError::Failed(e) => Error::from_redis(e, access),
+        }
+    }
 }
 
 /// A connection that died: reset, closed or broken, not slow.

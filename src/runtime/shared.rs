@@ -72,6 +72,37 @@ impl Backend {
 pub(crate) struct Blocking {
     pub(crate) con: Conn,
     node: Option<Arc<Node>>,
+    /// Its pool's I/O timeout, and whether this call set a shorter one.
+    io_timeout: Duration,
+    shortened: bool,
+}
+
+impl Blocking {
+    fn new(con: Conn, node: Option<Arc<Node>>, io_timeout: Duration) -> Blocking {
+        Blocking {
+            con,
+            node,
+            io_timeout,
+            shortened: false,
+        }
+    }
+
+    /// Makes the connection's next read or write end by `until` at the
+    /// latest (a wait that must end on time, on a server that may have
+    /// stopped answering), or after its pool's I/O timeout if that comes
+    /// first. A no-op while `until` is further away than that.
+    pub(crate) fn end_io_by(&mut self, until: Option<Instant>) -> redis::RedisResult<()> {
+        let Some(until) = until else { return Ok(()) };
+        let left = until.saturating_duration_since(Instant::now());
+        if left < self.io_timeout {
+            self.con.set_io_timeout(left)?;
+            self.shortened = true;
+        } else if self.shortened {
+            self.con.set_io_timeout(self.io_timeout)?;
+            self.shortened = false;
+        }
+        Ok(())
+    }
 }
 
 impl Runtime {
@@ -133,25 +164,35 @@ impl Runtime {
     }
 
     /// A connection for a blocking read of `route` (on the node serving
-    /// it); give it back with [`put_blocking`](Runtime::put_blocking).
-    pub(crate) fn blocking(&self, route: &str) -> Result<Blocking, Error> {
+    /// it); give it back with [`put_blocking`](Runtime::put_blocking). A
+    /// connection that must be checked or opened first takes no longer
+    /// than until `until`.
+    pub(crate) fn blocking(&self, route: &str, until: Option<Instant>) -> Result<Blocking, Error> {
+        let pool_of = |pool: &Pool| {
+            until.map_or(pool.io_timeout(), |u| {
+                u.saturating_duration_since(Instant::now())
+            })
+        };
         match &self.backend {
             Backend::Node { blocking, .. } => {
-                let (con, _) = blocking.get()?;
-                Ok(Blocking { con, node: None })
+                let (con, _) = blocking.get_within(pool_of(blocking))?;
+                Ok(Blocking::new(con, None, blocking.io_timeout()))
             }
             Backend::Cluster(c) => {
-                let (con, node) = c.blocking(route.as_bytes())?;
-                Ok(Blocking {
-                    con,
-                    node: Some(node),
-                })
+                let node = c.node_for(route.as_bytes())?;
+                let (con, _) = node.blocking.get_within(pool_of(&node.blocking))?;
+                let io = node.blocking.io_timeout();
+                Ok(Blocking::new(con, Some(node), io))
             }
         }
     }
 
-    /// Keeps a healthy blocking connection for reuse.
+    /// Keeps a healthy blocking connection for reuse (with its pool's I/O
+    /// timeout again, if a call shortened it).
     pub(crate) fn put_blocking(&self, b: Blocking) {
+        if b.shortened && b.con.set_io_timeout(b.io_timeout).is_err() {
+            return;
+        }
         match (&self.backend, b.node) {
             (Backend::Node { blocking, .. }, _) => blocking.put(b.con),
             (Backend::Cluster(_), Some(node)) => node.blocking.put(b.con),
@@ -208,11 +249,13 @@ impl Runtime {
         self.driver.now()
     }
 
+    /// Shuts down, waiting up to `timeout` for the threads (a timeout too
+    /// long to be a point in time: as long as they take).
     pub(super) fn shutdown(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now().checked_add(timeout);
         if self.shut_down.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let deadline = Instant::now() + timeout;
         self.subscriber.stop();
         #[cfg(feature = "async")]
         self.asynk.close();
@@ -228,7 +271,7 @@ impl Runtime {
         let sub = self.subscriber_thread.lock().take();
         let mut sub_done = true;
         if let Some(h) = sub {
-            while !h.is_finished() && Instant::now() < deadline {
+            while !h.is_finished() && deadline.is_none_or(|d| Instant::now() < d) {
                 std::thread::sleep(Duration::from_millis(5));
             }
             if h.is_finished() {

@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use redis::{PushInfo, PushKind, Value};
@@ -169,6 +169,19 @@ impl Subscriber {
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
+
+    /// Sleeps `d` (a backoff's wait, however long its maximum), waking
+    /// every [`POLL`] to end early at shutdown.
+    fn nap(&self, d: Duration) {
+        let until = Instant::now().checked_add(d);
+        while !self.stopping() {
+            let left = until.map_or(POLL, |u| u.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return;
+            }
+            thread::sleep(left.min(POLL));
+        }
+    }
 }
 
 /// Keeps one listener per node until shutdown, then joins them.
@@ -238,9 +251,7 @@ fn listen_to(sub: &Subscriber, addr: &str, endpoint: &Endpoint) {
                     tracing::warn!(target: "redwheel::runtime", node = addr, error = %e, retry_in_ms = wait.as_millis() as u64, "subscriber connection lost; reconnecting");
                 }
                 sub.locator.refresh();
-                if !sub.stopping() {
-                    thread::sleep(wait);
-                }
+                sub.nap(wait);
             }
         }
     }
@@ -268,6 +279,15 @@ fn pack_by_slot(command: &str, channels: &[&String]) -> (Vec<u8>, usize) {
 /// The connection speaks RESP3, so confirmations and messages are pushes;
 /// the `redis` crate hands every push to the connection's push sender as it
 /// reads it, so they are taken from there, whatever the read returns.
+///
+/// Two kinds of read, because the crate counts every response read that
+/// times out as a reply still owed, and skips that many later non-push
+/// replies: after one idle poll, the error replying to a subscription
+/// (`MOVED`, a refusal) would be skipped and never seen. So the idle
+/// waits for pushes ([`read_pushes`]) are reads the crate does not count,
+/// and a change of subscriptions is followed by a `PING` and read through
+/// to its `PONG` within the command timeout (no timeout counted: one is a
+/// failed connection), so every error reply to it is seen.
 fn listen(
     sub: &Subscriber,
     addr: &str,
@@ -310,51 +330,36 @@ fn listen(
                 .keys()
                 .filter(|ch| !subscribed.contains(*ch) && !pending.contains(*ch))
                 .collect();
-            if !add.is_empty() {
-                let (packed, _) = pack_by_slot("SSUBSCRIBE", &add);
-                con.send_packed_command(&packed)?;
-                pending.extend(add.into_iter().cloned());
-            }
             let drop_: Vec<&String> = subscribed
                 .iter()
                 .chain(pending.iter())
                 .filter(|ch| !handlers.contains_key(*ch))
                 .collect();
+            let mut packed = Vec::new();
+            if !add.is_empty() {
+                packed.extend(pack_by_slot("SSUBSCRIBE", &add).0);
+            }
             if !drop_.is_empty() {
-                let (packed, _) = pack_by_slot("SUNSUBSCRIBE", &drop_);
-                con.send_packed_command(&packed)?;
+                packed.extend(pack_by_slot("SUNSUBSCRIBE", &drop_).0);
             }
-        }
-        // Connected once every subscription asked for is confirmed (a
-        // refused one never is, so the caller's backoff keeps growing).
-        if !announced && pending.is_empty() {
-            announced = true;
-            connected();
-        }
-        match con.recv_response() {
-            Ok(Value::ServerError(e)) if e.code() == "MOVED" => {
-                // The slot map is stale: the channel is served where the
-                // reply says (the rest of the map is refreshed meanwhile);
-                // subscribe again there.
-                tracing::debug!(target: "redwheel::runtime", node = addr, error = ?e, "subscriber: a subscription moved");
-                match redis::RedisError::from(e.clone()).redirect_node() {
-                    Some((to, slot)) => sub.locator.moved(addr, slot, to),
-                    None => sub.locator.refresh(),
+            if !packed.is_empty() {
+                pending.extend(add.into_iter().cloned());
+                if let Some(Redirect { slot, to }) = change_subscriptions(sub, con, &packed)? {
+                    // The slot map is stale: the channel is served where
+                    // the reply says (the rest of the map is refreshed
+                    // meanwhile); subscribe again there.
+                    match to {
+                        Some(to) => sub.locator.moved(addr, slot, &to),
+                        None => sub.locator.refresh(),
+                    }
+                    pending.clear();
+                    seen = (u64::MAX, u64::MAX);
+                    sub.nap(moved.step());
                 }
-                pending.clear();
-                seen = (u64::MAX, u64::MAX);
-                thread::sleep(moved.step());
             }
-            Ok(Value::ServerError(e)) => {
-                // Refused for good (an ACL without the channels, say):
-                // fail the connection, so it is retried on the backoff
-                // rather than in a tight loop.
-                return Err(e.into());
-            }
-            Ok(_) => {}
-            Err(e) if e.is_timeout() => {}
-            Err(e) => return Err(e),
         }
+        // What arrived meanwhile (the confirmations read with a change of
+        // subscriptions among it) first, then wait for more.
         while let Ok(push) = pushes.try_recv() {
             // Borrowed: a wake-up message allocates nothing here.
             let channel = match push.data.first() {
@@ -399,5 +404,82 @@ fn listen(
                 _ => {}
             }
         }
+        // Connected once every subscription asked for is confirmed (a
+        // refused one never is: the connection fails, so the caller's
+        // backoff keeps growing).
+        if !announced && pending.is_empty() {
+            announced = true;
+            connected();
+        }
+        match read_pushes(con) {
+            Ok(()) => {}
+            Err(e) if e.is_timeout() => {}
+            Err(e) => return Err(e),
+        }
     }
+}
+
+/// Where a `MOVED` reply to a subscription sends its slot (`to`: `None` if
+/// the reply names no node).
+struct Redirect {
+    slot: u16,
+    to: Option<String>,
+}
+
+/// Sends `packed` (`SSUBSCRIBE` and `SUNSUBSCRIBE` commands) and a `PING`,
+/// and reads every reply through to the `PONG` within the command timeout:
+/// the confirmations are pushes (handled by the caller from the push
+/// sender), an error reply is the server's answer to one of the commands.
+/// A refusal fails the connection (retried on the backoff, not in a tight
+/// loop); a `MOVED` is returned. A read that times out fails the connection
+/// too: the crate would skip a later reply for it.
+fn change_subscriptions(
+    sub: &Subscriber,
+    con: &mut redis::Connection,
+    packed: &[u8],
+) -> redis::RedisResult<Option<Redirect>> {
+    let mut bytes = packed.to_vec();
+    bytes.extend(redis::cmd("PING").get_packed_command());
+    con.set_read_timeout(Some(sub.command_timeout))?;
+    con.send_packed_command(&bytes)?;
+    let mut redirect = None;
+    loop {
+        match con.recv_response()? {
+            Value::Push { .. } => {}
+            Value::ServerError(e) if e.code() == "MOVED" => {
+                tracing::debug!(target: "redwheel::runtime", error = ?e, "subscriber: a subscription moved");
+                let e = redis::RedisError::from(e);
+                redirect = Some(match e.redirect_node() {
+                    Some((to, slot)) => Redirect {
+                        slot,
+                        to: Some(to.to_owned()),
+                    },
+                    None => Redirect { slot: 0, to: None },
+                });
+            }
+            // Refused for good (an ACL without the channels, say).
+            Value::ServerError(e) => return Err(e.into()),
+            // The fence's `PONG`: every reply before it was read.
+            _ => break,
+        }
+    }
+    con.set_read_timeout(Some(POLL))?;
+    Ok(redirect)
+}
+
+/// Waits up to the connection's read timeout ([`POLL`]) for pushes (each
+/// handed to the push sender as it is read). Not a response read, so a
+/// timeout here is not counted as a reply still owed (the `redis` crate
+/// would skip a later reply for it); a non-push value here answers nothing
+/// we are waiting for, and is dropped. A message ends the read at once;
+/// other pushes read here (an unsubscribe when a slot moved away) are
+/// handled when it ends, within [`POLL`].
+fn read_pushes(con: &mut redis::Connection) -> redis::RedisResult<()> {
+    let mut pubsub = con.as_pubsub();
+    let read = pubsub.get_message().map(drop);
+    // Dropping a `PubSub` would unsubscribe every classic channel and wait
+    // for the replies; it owns nothing but an empty queue, so it is
+    // forgotten instead.
+    std::mem::forget(pubsub);
+    read
 }

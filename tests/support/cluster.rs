@@ -311,19 +311,10 @@ impl RedisCluster {
         views.windows(2).all(|w| w[0] == w[1])
     }
 
-    /// Moves `slot`, with its keys, from the master on `from` to the master
-    /// on `to`: the `CLUSTER SETSLOT … IMPORTING/MIGRATING`, `MIGRATE`,
-    /// `SETSLOT … NODE` sequence `redis-cli --cluster reshard` uses, in
-    /// batches of `batch` keys, calling `between` after each batch (so a
-    /// test can act while the slot is half moved).
-    pub fn migrate_slot(
-        &self,
-        slot: u16,
-        from: u16,
-        to: u16,
-        batch: usize,
-        mut between: impl FnMut(),
-    ) {
+    /// Marks `slot` as migrating from the master on `from` to the master
+    /// on `to` (`SETSLOT … IMPORTING` on the target, `MIGRATING` on the
+    /// source), moving no key; returns the target's node id.
+    pub fn start_migration(&self, slot: u16, from: u16, to: u16) -> String {
         let id_of = |port: u16| {
             self.nodes()
                 .into_iter()
@@ -340,6 +331,24 @@ impl RedisCluster {
         ok(self
             .node(from)
             .cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]));
+        to_id
+    }
+
+    /// Moves `slot`, with its keys, from the master on `from` to the master
+    /// on `to`: the `CLUSTER SETSLOT … IMPORTING/MIGRATING`, `MIGRATE`,
+    /// `SETSLOT … NODE` sequence `redis-cli --cluster reshard` uses, in
+    /// batches of `batch` keys, calling `between` after each batch (so a
+    /// test can act while the slot is half moved).
+    pub fn migrate_slot(
+        &self,
+        slot: u16,
+        from: u16,
+        to: u16,
+        batch: usize,
+        mut between: impl FnMut(),
+    ) {
+        let to_id = self.start_migration(slot, from, to);
+        let slot_s = slot.to_string();
         let batch_s = batch.to_string();
         let to_port = to.to_string();
         loop {

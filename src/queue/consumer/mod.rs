@@ -109,6 +109,12 @@ impl Consumer {
     /// then, and joins the threads. Fails with
     /// [`ErrorKind::ShutdownTimeout`] if handlers were still running (their
     /// threads are left to end on their own; their results are ignored).
+    ///
+    /// Returns within `grace` plus one `command_timeout` (the giving back)
+    /// even when Redis is unreachable: a message that could not be given
+    /// back in that time comes back when its visibility ends. A `grace`
+    /// too long to be a point in time (`Duration::MAX`) waits for every
+    /// handler.
     pub fn shutdown(mut self, grace: Duration) -> Result<(), Error> {
         self.stop(grace)
     }
@@ -118,10 +124,17 @@ impl Consumer {
             return Ok(());
         }
         self.inner.stop.store(true, Ordering::SeqCst);
-        let deadline = Instant::now() + grace;
+        let deadline = Instant::now().checked_add(grace);
         let total = self.threads.len();
         let mut ended = 0;
-        while ended < total && self.done.recv_deadline(deadline).is_ok() {
+        while ended < total {
+            let one = match deadline {
+                Some(d) => self.done.recv_deadline(d).is_ok(),
+                None => self.done.recv().is_ok(),
+            };
+            if !one {
+                break;
+            }
             ended += 1;
         }
         self.inner.abandon.store(true, Ordering::SeqCst);
@@ -142,7 +155,7 @@ impl Consumer {
             return Err(Error::new(
                 ErrorKind::ShutdownTimeout,
                 format!(
-                    "{} handler(s) still running after {grace:?}; their messages were given back",
+                    "{} consumer thread(s) still running after {grace:?}; the messages of running handlers were given back (or come back when their visibility ends)",
                     total - ended
                 ),
             ));
@@ -319,7 +332,15 @@ impl<T: Codec> Queue<T> {
         let release = {
             let q = self.clone();
             move |still: &[Running]| {
+                // One command timeout for them all: with Redis unreachable
+                // the first one uses it up, and shutdown does not wait one
+                // more per message.
+                let until = Instant::now().checked_add(q.rt().options.command_timeout);
                 for r in still {
+                    if until.is_some_and(|u| Instant::now() >= u) {
+                        tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %r.id, "no time left to give a message back at shutdown; it comes back when its visibility ends");
+                        continue;
+                    }
                     if let Err(e) = q.release(r, "released at shutdown") {
                         tracing::warn!(target: "redwheel::queue", queue = %q.state.name, id = %r.id, error = %e, "could not give a message back at shutdown; it comes back when its visibility ends");
                     }

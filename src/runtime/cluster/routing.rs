@@ -3,7 +3,6 @@
 //! out `TRYAGAIN`, `CLUSTERDOWN` and a failover within the command
 //! timeout, never resending a command that may have been applied.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::slot_map::{Cluster, Node};
@@ -53,7 +52,11 @@ impl Cluster {
                     f(con)
                 })
             } else {
-                node.commands.try_run(&mut f)
+                // A read is sent again once when its pooled connection
+                // turns out to have died while idle (the server closed it:
+                // CLIENT KILL, its `timeout`): the node answers, it is not
+                // down.
+                node.commands.try_run_as(access, &mut f)
             };
             let e = match result {
                 Ok(r) => {
@@ -100,13 +103,6 @@ impl Cluster {
             }
             return Err(e);
         }
-    }
-
-    /// A blocking connection to the master serving `route`'s slot.
-    pub(crate) fn blocking(&self, route: &[u8]) -> Result<(Conn, Arc<Node>), Error> {
-        let node = self.node_for(route)?;
-        let (con, _) = node.blocking.get()?;
-        Ok((con, node))
     }
 }
 

@@ -321,10 +321,10 @@ impl Driver {
         }
     }
 
-    /// Stops the wheel and the driver thread, waiting until `deadline` for
-    /// the thread (busy with a round) to end. Registered work stays in
-    /// Redis; nothing more runs here.
-    pub(crate) fn shutdown(&self, deadline: Instant) -> Result<(), Error> {
+    /// Stops the wheel and the driver thread, waiting until `deadline`
+    /// (`None`: as long as it takes) for the thread (busy with a round) to
+    /// end. Registered work stays in Redis; nothing more runs here.
+    pub(crate) fn shutdown(&self, deadline: Option<Instant>) -> Result<(), Error> {
         self.shared.stopping.store(true, Ordering::SeqCst);
         let _ = self.shared.notifier.tx.send(Msg::Stop);
         if let Err(e) = self.shared.timer.stop() {
@@ -333,7 +333,11 @@ impl Driver {
         let Some(handle) = self.thread.lock().take() else {
             return Ok(());
         };
-        match self.done.recv_deadline(deadline) {
+        let ended = match deadline {
+            Some(d) => self.done.recv_deadline(d).map_err(drop),
+            None => self.done.recv().map_err(drop),
+        };
+        match ended {
             Ok(()) => {
                 let _ = handle.join();
                 Ok(())

@@ -260,7 +260,7 @@ impl Drop for Rig {
         self.wire.hold.lock().take();
         let _ = self
             .driver
-            .shutdown(Instant::now() + Duration::from_secs(10));
+            .shutdown(Some(Instant::now() + Duration::from_secs(10)));
     }
 }
 

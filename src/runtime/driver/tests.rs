@@ -176,7 +176,7 @@ fn shutdown_with_jobs_pending_returns_within_its_timeout() {
         );
     }
     rig.driver
-        .shutdown(Instant::now() + Duration::from_secs(10))
+        .shutdown(Some(Instant::now() + Duration::from_secs(10)))
         .expect("an idle driver stops at once");
     rig.advance(ms(120_000));
     assert!(rig.wire.rounds().is_empty(), "nothing runs after shutdown");
@@ -195,7 +195,7 @@ fn shutdown_with_jobs_pending_returns_within_its_timeout() {
     entered.recv().expect("the round started");
     let err = stuck
         .driver
-        .shutdown(Instant::now() + Duration::from_millis(50))
+        .shutdown(Some(Instant::now() + Duration::from_millis(50)))
         .expect_err("the round never ends");
     assert_eq!(err.kind(), ErrorKind::ShutdownTimeout);
     drop(release);
@@ -384,7 +384,7 @@ fn a_deadline_is_kept_while_the_wheel_thread_is_held_up() {
         "never early: {runs:?} vs {started:?}"
     );
     drop(release);
-    let _ = driver.shutdown(Instant::now() + Duration::from_secs(10));
+    let _ = driver.shutdown(Some(Instant::now() + Duration::from_secs(10)));
 }
 
 #[test]
