@@ -230,6 +230,47 @@ pub fn load_script(con: &mut dyn redis::ConnectionLike, name: &str) -> Option<St
     by_name(name)?.load(con).ok()
 }
 
+/// The name of the script whose SHA1 is `sha` (as [`script_sha`] names
+/// it), for errors that say which script Redis failed in.
+pub(crate) fn name_of(sha: &str) -> Option<&'static str> {
+    NAMES
+        .iter()
+        .copied()
+        .find(|n| by_name(n).is_some_and(|s| s.get_hash() == sha))
+}
+
+/// Every script's name, as [`by_name`] knows it.
+const NAMES: &[&str] = &[
+    "offer",
+    "offer_with",
+    "offer_batch",
+    "controls",
+    "transfer",
+    "remove",
+    "clear",
+    "take",
+    "park",
+    "claim",
+    "claim_ahead",
+    "ack",
+    "nack",
+    "extend",
+    "dead",
+    "requeue_dead",
+    "give_back",
+    "stats",
+    "len",
+    "lock_acquire",
+    "lock_release",
+    "lock_renew",
+    "lock_force_release",
+    "schedule_set",
+    "schedule_remove",
+    "schedule_pause",
+    "schedule_read",
+    "schedule_fire",
+];
+
 fn by_name(name: &str) -> Option<&'static Script> {
     Some(match name {
         "offer" => &OFFER,
@@ -278,3 +319,33 @@ pub(crate) const CLAIM_BATCH_MAX: usize = 1_000;
 /// Largest due time a script accepts: 2^53 ms, the last integer a Redis
 /// sorted-set score (a double) holds exactly.
 pub(crate) const MAX_DUE_MS: u64 = 1 << 53;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `NAMES` lists every script of this file (a new one left out would
+    /// show in errors as no script at all), and each name resolves.
+    #[test]
+    fn every_script_is_named_and_found_by_its_sha() {
+        let source = include_str!("scripts.rs");
+        let statics: Vec<String> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub(crate) static "))
+            .filter(|l| l.contains("LazyLock<Script>"))
+            .map(|l| l.split(':').next().unwrap().to_lowercase())
+            .collect();
+        assert!(statics.len() >= 20, "{statics:?}");
+        for s in &statics {
+            assert!(NAMES.contains(&s.as_str()), "{s} is not in NAMES");
+        }
+        assert_eq!(statics.len(), NAMES.len(), "NAMES has a name of no script");
+        for name in NAMES {
+            match by_name(name) {
+                Some(script) => assert_eq!(name_of(script.get_hash()), Some(*name)),
+                None => assert!(*name == "give_back" && !cfg!(feature = "async"), "{name}"),
+            }
+        }
+        assert_eq!(name_of("0000000000000000000000000000000000000000"), None);
+    }
+}

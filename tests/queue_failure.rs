@@ -287,7 +287,8 @@ fn payloads_over_the_limit_are_rejected() {
     assert_eq!(err.kind(), ErrorKind::PayloadTooLarge, "{err:?}");
     assert_eq!(
         err.to_string(),
-        "queue \"big\": payload of 17 bytes exceeds the limit of 16 bytes"
+        "queue \"big\": payload of 17 bytes exceeds the limit of 16 bytes \
+         (QueueOptions::max_payload_bytes); nothing was written"
     );
     assert!(err.is_invalid_input());
     let batch = vec![

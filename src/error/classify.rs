@@ -4,8 +4,11 @@
 
 use std::io;
 
+use std::borrow::Cow;
+
 use super::kind::ErrorKind;
 use super::redwheel_error::Error;
+use super::reply::Reply;
 
 /// Whether a command can change what Redis holds: decides how an error
 /// after it was sent is reported.
@@ -24,6 +27,11 @@ pub(crate) const DUE_OVERFLOW_TEXT: &str = "redwheel: due overflows";
 /// a queue past its `max_len` (followed by the counts).
 pub(crate) const QUEUE_FULL_TEXT: &str = "redwheel: queue full";
 
+/// What to do about a missing permission, at the end of each message that
+/// reports one.
+const GRANT: &str =
+    "give the user the rules of the README's least-privilege `ACL SETUSER redwheel …` line";
+
 impl Error {
     /// Classifies an error of a command sent to Redis.
     ///
@@ -31,8 +39,14 @@ impl Error {
     /// connection lost after sending a write is
     /// [`ErrorKind::OutcomeUnknown`], after a read
     /// [`ErrorKind::Unavailable`].
+    ///
+    /// The message says what the failure means and what to do; Redis's
+    /// reply, if there is one, follows it in words
+    /// ([`Reply`]), or not at all where the message says all it said (a
+    /// full queue, a due time out of range).
     pub(crate) fn from_redis(e: redis::RedisError, access: Access) -> Error {
         use redis::{ErrorKind as K, ServerErrorKind as S};
+        let reply = Reply::of(&e);
         if let Some(kind) = connect_failure_kind(&e) {
             let what = match kind {
                 ErrorKind::Authentication => "redis refused the credentials",
@@ -40,71 +54,114 @@ impl Error {
                 ErrorKind::InvalidUrl => "the redis connection settings are invalid",
                 _ => "redis is unavailable",
             };
-            return Error::new(kind, what).with_cause(e);
+            return Error::new(kind, what).with_cause(e).with_any_reply(reply);
         }
-        let (kind, what) = if server_text(&e).contains(DUE_OVERFLOW_TEXT) {
-            (
-                ErrorKind::DelayOverflow,
-                "the due time computed by the server exceeds 2^53 ms",
-            )
-        } else if server_text(&e).contains(QUEUE_FULL_TEXT) {
-            (
-                ErrorKind::QueueFull,
-                "the queue is full (max_len); nothing was written",
-            )
+        let code = reply.as_ref().map(|r| r.code.as_str());
+        let text = server_text(&e);
+        let (kind, what): (ErrorKind, Cow<'static, str>) = if text.contains(DUE_OVERFLOW_TEXT) {
+            let what = "the due time, on the redis server's clock, would be past 2^53 ms since \
+                        the epoch (about year 287,396), the last a score holds exactly: nothing \
+                        was written; use a shorter delay or an earlier due time";
+            let e = Error::new(ErrorKind::DelayOverflow, what).with_cause(e);
+            return match reply {
+                Some(r) => e.with_reply(r, true),
+                None => e,
+            };
+        } else if text.contains(QUEUE_FULL_TEXT) {
+            let e = Error::new(ErrorKind::QueueFull, queue_full_text(&text)).with_cause(e);
+            return match reply {
+                Some(r) => e.with_reply(r, true),
+                None => e,
+            };
         } else if is_script_permission_error(&e) {
             (
                 ErrorKind::PermissionDenied,
-                "the redis user lacks a permission redwheel needs",
+                format!(
+                    "the redis user lacks a permission redwheel needs: a command the script runs is \
+                     not in its ACL rules (`ACL LOG` on the server names it); {GRANT}"
+                )
+                .into(),
             )
         } else if e.is_timeout() {
             match access {
                 Access::Write => (
                     ErrorKind::OutcomeUnknown,
-                    "redis did not answer in time; the write may or may not have happened",
+                    "redis did not answer in time; the write may or may not have happened".into(),
                 ),
-                Access::Read => (ErrorKind::Unavailable, "redis did not answer in time"),
+                Access::Read => (
+                    ErrorKind::Unavailable,
+                    "redis did not answer in time".into(),
+                ),
             }
         } else if e.is_connection_refusal() {
-            (ErrorKind::Unavailable, "redis refused the connection")
+            (
+                ErrorKind::Unavailable,
+                "redis refused the connection".into(),
+            )
         } else if e.is_io_error() || e.is_connection_dropped() {
             match access {
                 Access::Write => (
                     ErrorKind::OutcomeUnknown,
-                    "the connection to redis failed during a write; it may or may not have happened",
+                    "the connection to redis failed during a write; it may or may not have happened"
+                        .into(),
                 ),
-                Access::Read => (ErrorKind::Unavailable, "the connection to redis failed"),
+                Access::Read => (ErrorKind::Unavailable, "the connection to redis failed".into()),
             }
         } else {
             match e.kind() {
-                K::Server(S::BusyLoading) => (ErrorKind::Unavailable, "redis is loading its data"),
-                K::Server(S::TryAgain | S::MasterDown | S::ClusterDown | S::ReadOnly) => {
-                    (ErrorKind::Unavailable, "redis is failing over")
-                }
+                K::Server(S::BusyLoading) => (
+                    ErrorKind::Unavailable,
+                    "redis is loading its data (after a restart); retry shortly".into(),
+                ),
+                K::Server(S::TryAgain | S::MasterDown | S::ClusterDown | S::ReadOnly) => (
+                    ErrorKind::Unavailable,
+                    "redis is failing over; retry shortly".into(),
+                ),
                 K::Server(S::Moved | S::Ask) => (
                     ErrorKind::Unavailable,
-                    "the slot moved to another node of the cluster",
+                    "the slot moved to another node of the cluster; retry".into(),
                 ),
-                K::Server(S::NoPerm) => (
-                    ErrorKind::PermissionDenied,
-                    "the redis user lacks a permission redwheel needs",
+                K::Server(S::NoPerm) => (ErrorKind::PermissionDenied, no_perm_text(reply.as_ref())),
+                K::Server(S::NoScript) => (
+                    ErrorKind::Server,
+                    "redis does not know one of redwheel's scripts, and it was not loaded again \
+                     (the script cache was flushed during the call?); retry the call"
+                        .into(),
                 ),
-                K::Server(S::NoScript) => (ErrorKind::Server, "redis does not know the script"),
-                _ if e.code() == Some("WRONGTYPE") => (
-                    ErrorKind::Protocol,
-                    "a key holds a value of the wrong type (overwritten by another program?)",
+                _ if e.code() == Some("WRONGTYPE") || code == Some("WRONGTYPE") => {
+                    let e = Error::new(ErrorKind::Protocol, "").with_cause(e);
+                    return e.with_any_reply(reply).with_foreign_key();
+                }
+                _ if code == Some("OOM") => (
+                    ErrorKind::Server,
+                    "redis is out of memory: its `maxmemory` is reached, and the write was refused; \
+                     free memory or raise `maxmemory` (keep `maxmemory-policy noeviction`: an \
+                     eviction policy would drop redwheel's keys)"
+                        .into(),
                 ),
                 K::Parse | K::UnexpectedReturnType => {
-                    (ErrorKind::Protocol, "unexpected reply from redis")
+                    (ErrorKind::Protocol, "unexpected reply from redis".into())
                 }
                 K::InvalidClientConfig => (
                     ErrorKind::InvalidUrl,
-                    "the redis connection settings are invalid",
+                    "the redis connection settings are invalid".into(),
                 ),
-                _ => (ErrorKind::Server, "redis answered with an error"),
+                _ if reply.is_some() => (
+                    ErrorKind::Server,
+                    "redis refused the command with an error redwheel does not expect".into(),
+                ),
+                _ => (ErrorKind::Server, "redis answered with an error".into()),
             }
         };
-        Error::new(kind, what).with_cause(e)
+        Error::new(kind, what).with_cause(e).with_any_reply(reply)
+    }
+
+    /// Shows `reply`, if any, in place of the cause.
+    fn with_any_reply(self, reply: Option<Reply>) -> Error {
+        match reply {
+            Some(r) => self.with_reply(r, false),
+            None => self,
+        }
     }
 
     /// The error of a failed connection attempt to `addr`.
@@ -130,14 +187,63 @@ impl Error {
             ),
             ErrorKind::Authentication => format!("redis at {addr} refused the credentials"),
             ErrorKind::PermissionDenied => {
-                format!("the redis user at {addr} lacks a permission redwheel needs")
+                format!("the redis user at {addr} lacks a permission redwheel needs; {GRANT}")
             }
             ErrorKind::Tls => format!("the TLS handshake with redis at {addr} failed"),
             ErrorKind::Protocol => format!("the server at {addr} did not answer as redis does"),
             ErrorKind::InvalidUrl => format!("cannot connect to {addr}"),
             _ => format!("cannot connect to redis at {addr}"),
         };
-        Error::new(kind, message).with_cause(e)
+        let reply = Reply::of(&e);
+        Error::new(kind, message)
+            .with_cause(e)
+            .with_any_reply(reply)
+    }
+}
+
+/// The message of a full queue, from the offer script's reply
+/// (`redwheel: queue full (<len> of max_len <n>, <k> to add)`).
+fn queue_full_text(reply: &str) -> String {
+    let counts = reply
+        .split_once("queue full (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .and_then(|(inside, _)| {
+            let (len, rest) = inside.split_once(" of max_len ")?;
+            let (max, rest) = rest.split_once(", ")?;
+            let adding = rest.strip_suffix(" to add")?;
+            Some((len, max, adding))
+        });
+    let how_full = match counts {
+        Some((len, max, adding)) => {
+            format!(
+                "the queue holds {len} of its max_len of {max} messages, and {adding} more would not fit"
+            )
+        }
+        None => "the queue holds its max_len of messages".to_owned(),
+    };
+    format!(
+        "the offer was refused: {how_full}; nothing was written: offer again once consumers have \
+         caught up, or raise QueueOptions::max_len"
+    )
+}
+
+/// The message of a `NOPERM` reply: a key or channel outside the user's
+/// patterns, or a command outside its rules.
+fn no_perm_text(reply: Option<&Reply>) -> Cow<'static, str> {
+    let keys = reply.is_some_and(|r| r.says("key") || r.says("channel"));
+    if keys {
+        format!(
+            "the redis user lacks a permission redwheel needs: it may not touch redwheel's keys or \
+             channels (its rules need `~redwheel:*` and `&redwheel:*`; `ACL LOG` on the server \
+             names what was refused); {GRANT}"
+        )
+        .into()
+    } else {
+        format!(
+            "the redis user lacks a permission redwheel needs: a command redwheel sends is not in \
+             its ACL rules (the reply names it); {GRANT}"
+        )
+        .into()
     }
 }
 
@@ -150,10 +256,10 @@ fn is_script_permission_error(e: &redis::RedisError) -> bool {
 
 /// What the server said: the error's detail, or for a failed pipeline (no
 /// detail of its own) its whole text, which holds each command's error.
-fn server_text(e: &redis::RedisError) -> std::borrow::Cow<'_, str> {
+fn server_text(e: &redis::RedisError) -> Cow<'_, str> {
     match e.detail() {
-        Some(d) => std::borrow::Cow::Borrowed(d),
-        None => std::borrow::Cow::Owned(e.to_string()),
+        Some(d) => Cow::Borrowed(d),
+        None => Cow::Owned(e.to_string()),
     }
 }
 
@@ -231,6 +337,43 @@ mod tests {
         assert_eq!(
             Error::from_redis(e, Access::Write).kind(),
             ErrorKind::Unavailable
+        );
+    }
+
+    #[test]
+    fn the_scripts_own_replies_become_words_and_are_not_shown() {
+        let reply = |text: &str| redis::make_extension_error("ERR".into(), Some(text.into()));
+        let full = Error::from_redis(
+            reply("redwheel: queue full (3 of max_len 3, 2 to add)"),
+            Access::Write,
+        );
+        assert_eq!(full.kind(), ErrorKind::QueueFull);
+        assert_eq!(
+            full.to_string(),
+            "the offer was refused: the queue holds 3 of its max_len of 3 messages, and 2 more \
+             would not fit; nothing was written: offer again once consumers have caught up, or \
+             raise QueueOptions::max_len"
+        );
+        assert!(full.redis_error().is_some(), "the reply stays reachable");
+        // A reply of another shape still says what it means.
+        let odd = Error::from_redis(reply("redwheel: queue full"), Access::Write);
+        assert!(odd.to_string().contains("holds its max_len"), "{odd}");
+        let overflow = Error::from_redis(reply("redwheel: due overflows"), Access::Write);
+        assert_eq!(overflow.kind(), ErrorKind::DelayOverflow);
+        assert!(!overflow.to_string().contains("redwheel:"), "{overflow}");
+        assert!(overflow.to_string().contains("shorter delay"), "{overflow}");
+    }
+
+    #[test]
+    fn a_reply_redwheel_does_not_expect_is_shown_in_words_after_the_message() {
+        let e = Error::from_redis(
+            redis::make_extension_error("WEIRD".into(), Some("something odd".into())),
+            Access::Read,
+        );
+        assert_eq!(e.kind(), ErrorKind::Server);
+        assert_eq!(
+            e.to_string(),
+            "redis refused the command with an error redwheel does not expect: redis replied \"WEIRD something odd\""
         );
     }
 

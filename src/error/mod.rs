@@ -5,12 +5,15 @@
 //! public API panics on bad input.
 //!
 //! Files: `timer.rs` ([`TimerError`]), `kind.rs` ([`ErrorKind`]),
-//! `redwheel_error.rs` ([`Error`] itself) and `classify.rs` (how a `redis`
-//! crate error becomes an [`Error`]).
+//! `redwheel_error.rs` ([`Error`] itself), `classify.rs` (how a `redis`
+//! crate error becomes an [`Error`]: its kind, and a message that says what
+//! it means and what to do) and `reply.rs` (Redis's reply in words, and the
+//! script it came from).
 
 mod classify;
 mod kind;
 mod redwheel_error;
+mod reply;
 mod timer;
 
 pub(crate) use self::classify::Access;

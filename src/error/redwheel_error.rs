@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::kind::ErrorKind;
+use super::reply::Reply;
 use super::timer::TimerError;
 
 /// A boxed error from a [`Codec`](crate::queue::Codec).
@@ -18,12 +19,18 @@ pub type CodecError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// applies.
 ///
 /// `Display` gives the whole story in one line, cause included ("cannot
-/// connect to redis at 127.0.0.1:6379: Connection refused (os error 111)"),
-/// so [`source`](std::error::Error::source) returns nothing, and the cause
-/// is not printed twice by error reporters that walk the chain; the
-/// underlying error is still reachable through [`get_ref`](Error::get_ref)
-/// (a `redis::RedisError`, a codec's error, a [`TimerError`] or an
-/// `io::Error`), for downcasting.
+/// connect to redis at 127.0.0.1:6379: Connection refused (os error 111)"):
+/// the queue, what redwheel was doing (for a Redis reply, the script it
+/// ran), what the failure means and what to do, then Redis's reply in
+/// words ("queue \"orders\": while running offer.lua: one of the queue's
+/// keys (`redwheel:{orders}:*`) holds a value of another type, which
+/// redwheel did not write: … : redis replied \"WRONGTYPE Operation against
+/// a key holding the wrong kind of value\""), or no reply where the message
+/// says all of it (a full queue). So [`source`](std::error::Error::source)
+/// returns nothing, and the cause is not printed twice by error reporters
+/// that walk the chain; the underlying error is still reachable through
+/// [`get_ref`](Error::get_ref) (a `redis::RedisError`, a codec's error, a
+/// [`TimerError`] or an `io::Error`), for downcasting.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -56,6 +63,27 @@ struct Inner {
     queue: Option<String>,
     id: Option<String>,
     cause: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// How `Display` shows the cause.
+    shown: Shown,
+    /// The SHA1 of the script whose Redis error this is, until
+    /// [`in_script`](Error::in_script) names it.
+    script_sha: Option<String>,
+    /// The script's name (`offer`, `take`…), shown as what redwheel was
+    /// doing.
+    script: Option<&'static str>,
+    /// A key of redwheel's held a value of another type: the message says
+    /// so with the queue's key names once the queue is known.
+    foreign_key: bool,
+}
+
+/// How an [`Error`]'s `Display` ends.
+enum Shown {
+    /// With the cause's own `Display` (an I/O error, a codec's error…).
+    Cause,
+    /// With Redis's reply, in words ([`Reply`]'s `Display`).
+    Reply(String),
+    /// With nothing more: the message says in words what the reply said.
+    Nothing,
 }
 
 impl Error {
@@ -68,8 +96,43 @@ impl Error {
                 queue: None,
                 id: None,
                 cause: None,
+                shown: Shown::Cause,
+                script_sha: None,
+                script: None,
+                foreign_key: false,
             }),
         }
+    }
+
+    /// Keeps what Redis replied (shown in words in place of the cause,
+    /// unless `in_words`: the message already says it) and the script it
+    /// came from.
+    pub(crate) fn with_reply(mut self, reply: Reply, in_words: bool) -> Error {
+        self.inner.shown = if in_words {
+            Shown::Nothing
+        } else {
+            Shown::Reply(reply.to_string())
+        };
+        self.inner.script_sha = reply.script_sha;
+        self
+    }
+
+    /// Marks a reply saying a key of redwheel's holds another program's
+    /// value (`WRONGTYPE`): the message names the queue's keys once
+    /// [`in_queue`](Error::in_queue) names the queue.
+    pub(crate) fn with_foreign_key(mut self) -> Error {
+        self.inner.foreign_key = true;
+        self.inner.message = foreign_key_text(None);
+        self
+    }
+
+    /// Names the script the reply came from, as `name_of` finds it from
+    /// its SHA1 (the error module knows no scripts: `scripts.rs` does).
+    pub(crate) fn in_script(mut self, name_of: impl FnOnce(&str) -> Option<&'static str>) -> Error {
+        if let Some(sha) = self.inner.script_sha.take() {
+            self.inner.script = name_of(&sha);
+        }
+        self
     }
 
     /// Adds the underlying error (printed after the message).
@@ -84,6 +147,9 @@ impl Error {
     /// Names the queue the error concerns (kept if already set).
     pub(crate) fn in_queue(mut self, name: &str) -> Error {
         if self.inner.queue.is_none() {
+            if self.inner.foreign_key {
+                self.inner.message = foreign_key_text(Some(name));
+            }
             self.inner.queue = Some(name.to_owned());
         }
         self
@@ -158,17 +224,41 @@ impl Error {
     }
 }
 
+/// The message of a key of redwheel's that holds another program's value
+/// (`WRONGTYPE`), with the queue's key names once the queue is known.
+fn foreign_key_text(queue: Option<&str>) -> String {
+    match queue {
+        Some(q) => format!(
+            "one of the queue's keys (`redwheel:{{{q}}}:*`) holds a value of another type, which \
+             redwheel did not write: another program uses that key name; move that program's data \
+             elsewhere, or use another queue name"
+        ),
+        None => {
+            "a key of this queue or lock holds a value of another type, which redwheel did not \
+                 write (a queue's keys match `redwheel:{<queue>}:*`, a lock's \
+                 `redwheel:lock:{<lock>}*`): another program uses that key name; move that \
+                 program's data elsewhere, or use another queue or lock name"
+                .to_owned()
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(q) = &self.inner.queue {
             write!(f, "queue {q:?}: ")?;
         }
+        if let Some(script) = self.inner.script {
+            write!(f, "while running {script}.lua: ")?;
+        }
         f.write_str(&self.inner.message)?;
         if let Some(id) = &self.inner.id {
             write!(f, " (message {id})")?;
         }
-        if let Some(cause) = &self.inner.cause {
-            write!(f, ": {cause}")?;
+        match (&self.inner.shown, &self.inner.cause) {
+            (Shown::Reply(reply), _) => write!(f, ": {reply}")?,
+            (Shown::Cause, Some(cause)) => write!(f, ": {cause}")?,
+            (Shown::Cause | Shown::Nothing, _) => {}
         }
         Ok(())
     }
@@ -184,6 +274,9 @@ impl fmt::Debug for Error {
         }
         if let Some(id) = &self.inner.id {
             d.field("id", id);
+        }
+        if let Some(script) = self.inner.script {
+            d.field("script", &script);
         }
         if let Some(c) = &self.inner.cause {
             d.field("cause", c);

@@ -18,7 +18,7 @@ use super::options::QueueOptions;
 use super::state::QueueState;
 use crate::error::{Error, ErrorKind};
 use crate::runtime::{Deadline, Redwheel, Runtime, Subscription, shut_down};
-use crate::scripts::MAX_DUE_MS;
+use crate::scripts::{self, MAX_DUE_MS};
 
 /// A handle on one delayed queue carrying payloads of type `T`.
 ///
@@ -235,9 +235,10 @@ impl<T: Codec> Queue<T> {
         self.rw.runtime()
     }
 
-    /// Tags an error with this queue's name.
+    /// Tags an error with this queue's name, and the script Redis failed
+    /// in, if it did.
     pub(super) fn tag(&self, e: Error) -> Error {
-        e.in_queue(&self.state.name)
+        e.in_queue(&self.state.name).in_script(scripts::name_of)
     }
 
     pub(super) fn encode<'a>(&self, payload: &'a T) -> Result<Cow<'a, [u8]>, Error> {
@@ -248,7 +249,7 @@ impl<T: Codec> Queue<T> {
             return Err(self.tag(Error::new(
                 ErrorKind::PayloadTooLarge,
                 format!(
-                    "payload of {} bytes exceeds the limit of {} bytes",
+                    "payload of {} bytes exceeds the limit of {} bytes (QueueOptions::max_payload_bytes); nothing was written",
                     bytes.len(),
                     self.max_payload
                 ),
