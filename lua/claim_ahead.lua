@@ -45,11 +45,11 @@
 --   The same request sent again (its reply was lost) gets the same claims (those still
 --   current), their deadlines counted again from now if that is later; an old attempt of an
 --   earlier request of the slot gets { 0, now, next } and does nothing.
--- Reply to a check: { now, controls }: the server's TIME in ms, and 1 if the queue has
+-- Reply to a check: { now, controls }: the server's TIME in µs, and 1 if the queue has
 --   controls (its held messages go back, for the claims of free workers to apply them), else
---   0. The pool hands out a due time's messages only after a check whose `now` is at or past
---   it (by the server's clock, whatever this process's estimate of it) and that found no
---   controls.
+--   0. The pool hands out a due time's messages only after a check that found no controls,
+--   and not before `due − now` has passed since its reply came (so by the server's clock,
+--   whatever this process's estimate of it).
 -- Reply to a give-back: how many messages went back.
 --
 -- Invariant: an id leaves `delayed` and enters `inflight` (with its lease and raised attempt
@@ -81,7 +81,7 @@ local function next_due(after)
 end
 
 if ARGV[1] == 'h' then
-  return { now, redis.call('EXISTS', KEYS[9]) }
+  return { now_us(), redis.call('EXISTS', KEYS[9]) }
 end
 
 if ARGV[1] == 'r' then

@@ -360,9 +360,9 @@ impl ConsumerOptions {
     ///   priorities, ttls) are decided at hand-out time, so nothing is
     ///   claimed ahead from them: the pool claims them when due, as it does
     ///   without this option. Controls set after the claim (by any
-    ///   process) are seen at the due time, and what is held goes back to
-    ///   be claimed under them; a message a worker already took runs, as a
-    ///   claimed one does.
+    ///   process) are seen shortly before the due time (5 ms), and what is
+    ///   held goes back to be claimed under them; a message a worker
+    ///   already took runs, as a claimed one does.
     /// * A message the workers cannot start by half the queue's visibility
     ///   before its claim ends goes back to the queue, uncounted, for any
     ///   free worker: a held message never starts on a claim that may have

@@ -13,12 +13,14 @@
 //! (`hand.rs`).
 //!
 //! What is held never outlives its claim, nor starts before its time or
-//! against the queue's controls (`hand.rs`): at a due time one check
-//! (`claim_ahead.lua` 'h', one O(1) call for every message due then) reads
-//! the server's `TIME` and whether the queue has controls; before `TIME`
-//! reaches the due time the hand-out waits again; with controls, what is
-//! held goes back to `delayed` (uncounted), for the claims of free workers
-//! to apply them. A message not started by half its visibility before its
+//! against the queue's controls (`hand.rs`): shortly before a due time one
+//! check (`claim_ahead.lua` 'h', one O(1) call for every message due then)
+//! reads the server's `TIME` and whether the queue has controls; the
+//! hand-out is armed from that `TIME`, so it never comes before the due
+//! time by the server's clock, whatever this process's estimate of it, and
+//! no round trip stands between the due time and the handlers; with
+//! controls, what is held goes back to `delayed` (uncounted), for the
+//! claims of free workers to apply them. A message not started by half its visibility before its
 //! claim ends goes back too (the job's next round, or the worker that
 //! finds it so), so no held message is started on a claim the transfer may
 //! already have redelivered.
@@ -143,13 +145,16 @@ struct State<T> {
     pending: Option<(Vec<u8>, usize)>,
     /// What the last `commands` sent.
     sent: Sent,
-    /// Claimed messages waiting for their due time, by due ms, with the
-    /// wheel timeout of each due time.
+    /// Claimed messages waiting for the check before their due time, by
+    /// due ms, with the wheel timeout that asks for it.
     waiting: BTreeMap<i64, Vec<Claimed<T>>>,
     timeouts: HashMap<i64, Timeout>,
-    /// Due times that have come by this process's clock: their messages
-    /// (still in `waiting`) wait for the check.
+    /// Due times whose check is asked for: their messages (still in
+    /// `waiting`) wait for it.
     due: BTreeSet<i64>,
+    /// Checked messages, each with its latest start, waiting for their due
+    /// time (a wheel timeout armed from the check's `TIME` hands them out).
+    checked: BTreeMap<i64, Vec<Due<T>>>,
     /// Claimed messages not to be started, to give back in the next round.
     back: Vec<Claimed<T>>,
     stopped: bool,
@@ -201,6 +206,7 @@ impl<T: Codec> AheadJob<T> {
                 waiting: BTreeMap::new(),
                 timeouts: HashMap::new(),
                 due: BTreeSet::new(),
+                checked: BTreeMap::new(),
                 back: Vec::new(),
                 stopped: false,
             }),
@@ -278,17 +284,25 @@ impl<T: Codec> AheadJob<T> {
         }
     }
 
-    /// Every held message not yet handed out (waiting for its due time or
-    /// for the check), their wheel timeouts cancelled.
+    /// Every held message not yet handed out (waiting for the check or,
+    /// checked, for its due time), their wheel timeouts cancelled (a
+    /// hand-out's finds nothing).
     fn unscheduled(st: &mut State<T>) -> Vec<Claimed<T>> {
         for (_, t) in st.timeouts.drain() {
             t.cancel();
         }
         st.due.clear();
-        std::mem::take(&mut st.waiting)
+        let mut out: Vec<Claimed<T>> = std::mem::take(&mut st.waiting)
             .into_values()
             .flatten()
-            .collect()
+            .collect();
+        out.extend(
+            std::mem::take(&mut st.checked)
+                .into_values()
+                .flatten()
+                .map(|(c, _)| c),
+        );
+        out
     }
 
     /// The queue has controls: what is held and not started goes back in

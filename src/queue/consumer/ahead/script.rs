@@ -91,7 +91,7 @@ impl<T: Codec> AheadJob<T> {
         ))
     }
 
-    /// Reads a check's reply: the server's time (ms), and whether the
+    /// Reads a check's reply: the server's time (µs), and whether the
     /// queue has controls (1) or not (0).
     pub(super) fn parse_check(&self, reply: &Value) -> Result<(i64, i64), Error> {
         redis::from_redis_value::<(i64, i64)>(reply.clone())
