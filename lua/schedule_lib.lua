@@ -19,8 +19,10 @@
 --                                          base is listed, so a pause, a replacement or a
 --                                          removal can take back those still ahead of TIME
 --                                          (sched_ahead_read, sched_take_back) and put `last`
---                                          back. An entry whose occurrences all fell due is
---                                          stale and harmless (nothing is ahead to take back).
+--                                          back; those a consumer pool claimed ahead stay
+--                                          listed (they count as fired) until they fall due.
+--                                          An entry whose occurrences all fell due is stale
+--                                          and harmless (nothing is ahead to take back).
 -- redwheel:{N}:head               HASH    field `schedules`: "<version>:<earliest next or
 --                                          empty>", what a process reads to know whether its
 --                                          copy of the schedules is current, and when the next
@@ -78,10 +80,13 @@ local function sched_changed(changes, name, version)
   redis.call('ZREMRANGEBYSCORE', changes, '-inf', '(' .. string.format('%d', version - KEEP))
 end
 
--- Whether a schedule may start (again) from `settled`: not after the server's now, and not
--- before its last occurrence fired (in `last`), so that nothing fired is owed again.
+-- Whether a schedule may start (again) from `settled`, and the instant it may start from: not
+-- before its last occurrence fired (in `last`), so that nothing fired is owed again, and not
+-- after the later of the server's now and that occurrence (one fired ahead and claimed ahead
+-- by a consumer pool counts as fired though it is not due yet: the schedule goes on after it).
 -- `back` (sched_ahead_read's, or nil): the occurrences offered ahead that the caller takes
--- back in the same script do not count.
+-- back in the same script do not count. Returns (ok, from): a refused call starts again from
+-- `from`.
 local function sched_may_start(last, name, settled, now, back)
   local fired
   if back and #back.ids > 0 then
@@ -89,7 +94,12 @@ local function sched_may_start(last, name, settled, now, back)
   else
     fired = redis.call('HGET', last, name)
   end
-  return settled <= now and not (fired and settled < tonumber(fired))
+  fired = fired and tonumber(fired)
+  local from = now
+  if fired and fired > now then
+    from = fired
+  end
+  return settled <= from and not (fired and settled < fired), from
 end
 
 -- (rev, paused, definition) of a stored record.
@@ -144,28 +154,39 @@ end
 -- What taking back the occurrences of `name` offered ahead of `now` means, writing nothing
 -- (a script that may still refuse reads this first): nil when `name` has no entry in `ahead`;
 -- else { ids = the messages to remove: occurrences after `now` still in `delayed`; last = the
--- last occurrence fired once they are gone (false: none) }. O(entries: at most the lead in ms).
+-- last occurrence fired once they are gone (false: none); kept = the occurrences after `now`
+-- that are not in `delayed` (claimed ahead by a consumer pool: they count as fired, and stay
+-- listed, so that if the pool gives one back before its time a later change still takes it
+-- back); base = the last occurrence fired before them (false: none) }. O(entries: at most the
+-- lead in ms).
 local function sched_ahead_read(ahead, delayed, name, now)
   local entry = redis.call('HGET', ahead, name)
   if not entry then
     return nil
   end
-  local last, list = sched_ahead_parse(entry)
-  local ids = {}
+  local base, list = sched_ahead_parse(entry)
+  local ids, kept = {}, {}
   for _, o in ipairs(list) do
     local id = 'sched:' .. name .. ':' .. o
     if tonumber(o) > now and redis.call('ZSCORE', delayed, id) then
       ids[#ids + 1] = id
-    elseif not last or tonumber(o) > tonumber(last) then
-      last = o
+    elseif tonumber(o) > now then
+      kept[#kept + 1] = o
+    elseif not base or tonumber(o) > tonumber(base) then
+      base = o
     end
   end
-  return { ids = ids, last = last }
+  local last = base
+  if #kept > 0 then
+    last = kept[#kept]
+  end
+  return { ids = ids, last = last, kept = kept, base = base }
 end
 
 -- Applies sched_ahead_read's `back`: the messages go (as remove.lua removes a delayed one:
 -- they are only in `delayed` and `msg`; `head`'s `due` stays a lower bound), `last` goes back
--- to what was fired before them, and the entry is dropped.
+-- to what was fired before them, and the entry lists only the occurrences kept (dropped when
+-- there are none).
 local function sched_take_back(back, ahead, delayed, msg, last, name)
   if #back.ids > 0 then
     redis.call('ZREM', delayed, unpack(back.ids))
@@ -176,5 +197,9 @@ local function sched_take_back(back, ahead, delayed, msg, last, name)
       redis.call('HDEL', last, name)
     end
   end
-  redis.call('HDEL', ahead, name)
+  if #back.kept > 0 then
+    redis.call('HSET', ahead, name, (back.base or 'x') .. ':' .. table.concat(back.kept, ':'))
+  else
+    redis.call('HDEL', ahead, name)
+  end
 end

@@ -20,14 +20,18 @@
 -- Reply: { code, now }, now being the server's TIME in ms:
 --   1   paused, or resumed; 0 it was so already (nothing written); -1 no such schedule;
 --   -2  resume only, nothing written: the record changed since the client read it (read
---       it again); -3 resume only, nothing written: ARGV[4] is later than now or earlier
---       than the last occurrence fired (compute ARGV[5] again from `now`)
+--       it again); -3 resume only, nothing written: ARGV[4] is earlier than the last
+--       occurrence fired or later than both it and now; `now` is then the instant to resume
+--       from instead (compute ARGV[5] again from it): the server's TIME, or the last
+--       occurrence fired when that is later (fired ahead and claimed ahead by a consumer
+--       pool, so not taken back by the pause: it counts as fired)
 --
 -- Invariant: a paused schedule has no `next`, so it never fires; occurrences that fall
 -- while it is paused are not owed when it resumes (it starts again from ARGV[4], as a new
 -- schedule does), and a pause takes back those offered ahead that fall due after its TIME
--- (and puts `last` back to what was fired before them). Each change bumps the version and
--- is announced on `wake`.
+-- (and puts `last` back to what was fired before them; those a consumer pool claimed ahead
+-- stay, count as fired, and stay listed in `ahead`). Each change bumps the version and is
+-- announced on `wake`.
 local now = now_ms()
 local name = ARGV[1]
 local cur = redis.call('HGET', KEYS[1], name)
@@ -54,8 +58,9 @@ else
   if rev ~= ARGV[3] then
     return { -2, now }
   end
-  if not sched_may_start(KEYS[3], name, tonumber(ARGV[4]), now) then
-    return { -3, now }
+  local ok, from = sched_may_start(KEYS[3], name, tonumber(ARGV[4]), now)
+  if not ok then
+    return { -3, from }
   end
   version = sched_next_version(KEYS[5])
   redis.call('HSET', KEYS[1], name, string.format('%d', version) .. ':0:' .. def)

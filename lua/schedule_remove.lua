@@ -25,6 +25,8 @@ end
 local back = sched_ahead_read(KEYS[8], KEYS[9], ARGV[1], now_ms())
 if back then
   sched_take_back(back, KEYS[8], KEYS[9], KEYS[10], KEYS[4], ARGV[1])
+  -- Those a consumer pool claimed ahead run: nothing is left to take back later.
+  redis.call('HDEL', KEYS[8], ARGV[1])
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])

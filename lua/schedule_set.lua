@@ -25,17 +25,21 @@
 --       occurrences of the replaced definition offered ahead of the call's TIME, not yet
 --       due, are taken back: removed from the queue, and `last` is what was fired before)
 --   -1  nothing written: start from `at` instead (compute ARGV[5] again from it and retry).
---       Either ARGV[4] is later than the server's now or earlier than the last occurrence
---       fired (`at` is the server's now), or the schedule being replaced has an occurrence
+--       Either ARGV[4] is earlier than the last occurrence fired or later than both it and
+--       the server's now (`at` is the later of the two: an occurrence fired ahead that a
+--       consumer pool claimed ahead is not taken back and counts as fired, so the new
+--       definition goes on after it), or the schedule being replaced has an occurrence
 --       due at or before ARGV[4] that was not fired yet (`at` is just before it: the new
 --       definition takes over from there, so nothing the old one owed is dropped)
 --   (`at` is the server's TIME in ms for codes 0, 1 and 2.)
 --
 -- Invariant: a running schedule's `next` is the first occurrence after an instant at or
--- before the call's TIME, at or after its last occurrence fired, and before any occurrence
--- the replaced definition still owed; so nothing the call replaced fires again, nothing
--- owed is dropped, and nothing after the call is skipped; no occurrence the replaced
--- definition offered ahead and that falls due after the call's TIME stays in the queue.
+-- before the later of the call's TIME and its last occurrence fired, at or after that last
+-- occurrence, and before any occurrence the replaced definition still owed; so nothing the
+-- call replaced fires again, nothing owed is dropped, and nothing after the call is skipped
+-- but what falls before an occurrence fired ahead and claimed ahead (within the lead); no
+-- occurrence the replaced definition offered ahead and that falls due after the call's
+-- TIME stays in the queue, but those a consumer pool claimed ahead (they run, as fired).
 -- Every refusal is decided before anything is written. Every change bumps the version
 -- once, records itself in `changes` and is announced on `wake`.
 local now = now_ms()
@@ -55,8 +59,9 @@ if cur then
   end
   back = sched_ahead_read(KEYS[8], KEYS[9], name, now)
 end
-if not sched_may_start(KEYS[4], name, tonumber(ARGV[4]), now, back) then
-  return { -1, now }
+local ok, from = sched_may_start(KEYS[4], name, tonumber(ARGV[4]), now, back)
+if not ok then
+  return { -1, from }
 end
 if back then
   sched_take_back(back, KEYS[8], KEYS[9], KEYS[10], KEYS[4], name)

@@ -94,11 +94,14 @@ pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `lua/claim_ahead.lua`: claims delayed messages shortly before they fall
-/// due, or gives such claims back (after `lua/head.lua` and
-/// `lua/ready_pop.lua`, for its reply records).
+/// due, checks the server's clock and the controls before a hand-out, or
+/// gives such claims back (after `lua/head.lua`, `lua/lifecycle.lua`, for
+/// the freed in-flight slot, and `lua/ready_pop.lua`, for its reply
+/// records).
 pub(crate) static CLAIM_AHEAD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("../lua/head.lua"),
+        include_str!("../lua/lifecycle.lua"),
         include_str!("../lua/ready_pop.lua"),
         include_str!("../lua/claim_ahead.lua")
     ))

@@ -6,61 +6,18 @@
 //! ahead loses none, shutdown gives back what was not started, and a queue
 //! with controls is not claimed ahead.
 
+mod ahead_support;
 mod support;
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, unbounded};
+use ahead_support::{Entry, HANG, delayed, key, num, open, recording, wait_until};
 use redwheel::schedule::{Schedule, parse_occurrence_id};
-use redwheel::{Consumer, ConsumerOptions, ErrorKind, Queue, QueueOptions, Redwheel};
+use redwheel::{ConsumerOptions, ErrorKind, Queue, QueueOptions, Redwheel};
 use support::RedisServer;
 use support::proxy::{Fault, Proxy, Rule, RuleHandle};
-
-const HANG: Duration = Duration::from_secs(60);
-
-fn key(queue: &str, suffix: &str) -> String {
-    format!("redwheel:{{{queue}}}:{suffix}")
-}
-
-/// Polls `f` until it holds (a condition in Redis another process brings
-/// about), panicking after `HANG`.
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let give_up = Instant::now() + HANG;
-    while !f() {
-        assert!(Instant::now() < give_up, "hang guard: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A pool on `q` claiming up to `window` ahead; each handler entry is sent
-/// as (id, attempt, the server's TIME in ms at entry).
-fn recording(
-    q: &Queue<String>,
-    url: &str,
-    window: Duration,
-) -> (Consumer, Receiver<(String, u32, u64)>) {
-    let (tx, rx) = unbounded();
-    let con = Mutex::new(redis::Client::open(url).unwrap().get_connection().unwrap());
-    let consumer = q
-        .consume(
-            ConsumerOptions::default()
-                .concurrency(4)
-                .claim_ahead(window),
-            move |d| {
-                let (s, us): (u64, u64) = redis::cmd("TIME")
-                    .query(&mut *con.lock().unwrap())
-                    .map_err(|e| e.to_string())?;
-                let now_ms = s * 1_000 + us / 1_000;
-                let _ = tx.send((d.id().as_str().to_owned(), d.attempt(), now_ms));
-                Ok::<(), String>(())
-            },
-        )
-        .unwrap();
-    (consumer, rx)
-}
 
 /// A runtime behind a proxy, and queue `name` on it, whose first
 /// `claim_ahead.lua` call runs and loses its reply (`hold`: the connection
@@ -87,40 +44,6 @@ fn losing_first_claim_ahead(
     }
     let lost = proxy.inject(rule);
     (proxy, q, lost)
-}
-
-/// Queue `name` with the given visibility.
-fn open(rw: &Redwheel, name: &str, visibility: Duration) -> Queue<String> {
-    rw.queue_with::<String>(name, QueueOptions::default().visibility(visibility))
-        .unwrap()
-}
-
-/// A command's reply as a number (a missing field: 0).
-fn num(server: &RedisServer, args: &[&str]) -> u64 {
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query::<Option<u64>>(&mut con).unwrap().unwrap_or(0)
-}
-
-/// The due time (ms) of every message in `delayed`.
-fn delayed(server: &RedisServer, queue: &str) -> HashMap<String, u64> {
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    redis::cmd("ZRANGE")
-        .arg(key(queue, "delayed"))
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(&mut con)
-        .unwrap()
 }
 
 #[test]
@@ -158,7 +81,9 @@ fn messages_claimed_ahead_are_held_past_their_due_time_and_start_at_it_never_bef
     }
     let mut seen = HashMap::new();
     for _ in 0..20 {
-        let (id, attempt, at) = entries.recv_timeout(HANG).expect("a handler entry");
+        let Entry {
+            id, attempt, at, ..
+        } = entries.recv_timeout(HANG).expect("a handler entry");
         assert_eq!(attempt, 1);
         assert!(at >= due[&id], "{id} started at {at}, due {}", due[&id]);
         *seen.entry(id).or_insert(0) += 1;
@@ -188,7 +113,7 @@ fn a_lost_reply_of_a_claim_ahead_is_asked_again_and_each_message_runs_once() {
     // visibility (30 s), claimed for nobody.
     let mut seen = HashMap::new();
     for _ in 0..10 {
-        let (id, attempt, _) = entries
+        let Entry { id, attempt, .. } = entries
             .recv_timeout(Duration::from_secs(20))
             .expect("a message claimed by the lost call never ran");
         assert_eq!(attempt, 1, "{id} was counted twice");
@@ -284,7 +209,7 @@ fn nothing_is_claimed_ahead_from_a_queue_with_controls_and_it_is_still_delivered
     assert_eq!(server.int(&["ZCARD", &key(name, "inflight")]), 0);
     // A pool that claims ahead still gets it, when due, the usual way.
     let (consumer, entries) = recording(&q, &server.url(), Duration::from_secs(30));
-    let (_, attempt, at) = entries.recv_timeout(HANG).expect("the message");
+    let Entry { attempt, at, .. } = entries.recv_timeout(HANG).expect("the message");
     assert_eq!(attempt, 1);
     assert!(at >= *due_ms);
     consumer.shutdown(Duration::from_secs(10)).unwrap();
@@ -345,7 +270,9 @@ fn a_process_sigkilled_while_holding_claims_ahead_loses_none_of_them() {
     let (consumer, entries) = recording(&q, &server.url(), Duration::from_secs(30));
     let mut seen = HashMap::new();
     for _ in 0..10 {
-        let (id, attempt, at) = entries
+        let Entry {
+            id, attempt, at, ..
+        } = entries
             .recv_timeout(HANG)
             .expect("a message the child held");
         assert_eq!(attempt, 2, "{id}");
@@ -429,7 +356,12 @@ fn an_occurrence_claimed_ahead_runs_once_though_its_schedule_is_paused_before_it
         assert_eq!(tick.last_fired, Some(UNIX_EPOCH + Duration::from_millis(o)));
         let id = format!("sched:tick:{o}");
         let got = loop {
-            let (got, attempt, at) = entries.recv_timeout(HANG).expect("the occurrence");
+            let Entry {
+                id: got,
+                attempt,
+                at,
+                ..
+            } = entries.recv_timeout(HANG).expect("the occurrence");
             if got == id {
                 break (attempt, at);
             }
@@ -439,7 +371,7 @@ fn an_occurrence_claimed_ahead_runs_once_though_its_schedule_is_paused_before_it
         wait_until("its ack", || server.int(&["HLEN", &key(name, "msg")]) == 0);
         consumer.shutdown(Duration::from_secs(10)).unwrap();
         assert!(
-            entries.try_iter().all(|(i, _, _)| i != id),
+            entries.try_iter().all(|e| e.id != id),
             "the occurrence ran twice"
         );
         return;

@@ -5,16 +5,16 @@
 //! waits takes it back (it is never delivered), while declaring the same
 //! schedule again keeps it.
 
+mod ahead_support;
 mod schedule_support;
 mod support;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use ahead_support::{HANG, at_ms, fire_by_hand, key, ms, raw, server_ms};
 use redwheel::schedule::{CatchUp, Schedule, Scheduled, parse_occurrence_id};
 use redwheel::{Queue, QueueOptions};
 use support::{RedisServer, within};
-
-const HANG: Duration = Duration::from_secs(60);
 
 /// Period of the schedules the withdrawal tests act on.
 const PERIOD: u64 = 300;
@@ -23,18 +23,6 @@ const PERIOD: u64 = 300;
 /// an occurrence's ahead firing and the occurrence (the lead: 100 ms), which
 /// a loaded machine may miss now and then.
 const TRIES: usize = 20;
-
-fn ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
-}
-
-fn at_ms(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-fn key(queue: &str, suffix: &str) -> String {
-    format!("redwheel:{{{queue}}}:{suffix}")
-}
 
 /// In one atomic step: the server's `TIME` (ms) and the ids in the queue's
 /// `delayed` set that fall due after it.
@@ -401,29 +389,6 @@ fn pausing_a_schedule_with_several_occurrences_ahead_takes_back_each_one_due_aft
     assert!(info[0].paused);
 }
 
-/// Runs `files` (under `lua/`, one script) as the library sends it, on a
-/// plain connection: no process has the queue open.
-fn raw(con: &mut redis::Connection, files: &[&str], keys: &[String], args: &[String]) -> Vec<i64> {
-    let text: String = files
-        .iter()
-        .map(|f| std::fs::read_to_string(format!("lua/{f}.lua")).unwrap())
-        .collect();
-    let script = redis::Script::new(&text);
-    let mut inv = script.prepare_invoke();
-    for k in keys {
-        inv.key(k);
-    }
-    for a in args {
-        inv.arg(a);
-    }
-    inv.invoke(con).unwrap()
-}
-
-fn server_ms(con: &mut redis::Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-    s * 1000 + us / 1000
-}
-
 #[test]
 fn a_pause_after_several_firings_puts_last_fired_back_to_the_last_occurrence_due() {
     // The firing script driven by hand: a first call offers o1 and o2
@@ -466,42 +431,15 @@ fn a_pause_after_several_firings_puts_last_fired_back_to_the_last_occurrence_due
             ],
         );
         assert_eq!(created[0], 1);
-        let head = server.cmd(&["HGET", &k("head"), "schedules"]);
-        let version = head
-            .lines()
-            .nth(1)
-            .unwrap()
-            .split(':')
-            .next()
-            .unwrap()
-            .to_owned();
-        let fire_keys: Vec<String> = [
-            "schedules:next",
-            "schedules:payload",
-            "schedules:last",
-            "head",
-            "delayed",
-            "msg",
-            "schedules:ahead",
-        ]
-        .map(k)
-        .to_vec();
         let fire = |con: &mut redis::Connection, expected: i64, occurrences: &[i64]| {
-            let mut args = vec![
-                version.clone(),
-                "100".into(),
-                name.clone(),
-                expected.to_string(),
-                String::new(),
-                (occurrences.last().unwrap() + 1).to_string(),
-                occurrences.len().to_string(),
-            ];
-            args.extend(occurrences.iter().map(i64::to_string));
-            raw(
+            let new_next = occurrences.last().unwrap() + 1;
+            fire_by_hand(
                 con,
-                &["head", "schedule_lib", "schedule_fire"],
-                &fire_keys,
-                &args,
+                &server,
+                "byhand",
+                (&name, expected, new_next),
+                100,
+                occurrences,
             )
         };
         let t = server_ms(&mut con);

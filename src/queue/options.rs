@@ -359,7 +359,14 @@ impl ConsumerOptions {
     /// * Queues with controls (pause, rate limit, max in flight,
     ///   priorities, ttls) are decided at hand-out time, so nothing is
     ///   claimed ahead from them: the pool claims them when due, as it does
-    ///   without this option.
+    ///   without this option. Controls set after the claim (by any
+    ///   process) are seen shortly before the due time (5 ms), and what is
+    ///   held goes back to be claimed under them; a message a worker
+    ///   already took runs, as a claimed one does.
+    /// * A message the workers cannot start by half the queue's visibility
+    ///   before its claim ends goes back to the queue, uncounted, for any
+    ///   free worker: a held message never starts on a claim that may have
+    ///   been delivered again.
     /// * At shutdown, messages claimed ahead whose handler has not started
     ///   go back to the queue at their due time, uncounted.
     ///
@@ -374,7 +381,10 @@ impl ConsumerOptions {
     }
 
     /// The most messages a pool holds claimed ahead at once, waiting for
-    /// their due time or for a worker (1 ..= 100,000; default 1,000); see
+    /// their due time or for a worker (1 ..= 100,000; default 1,000, enough
+    /// for a thousand occurrences due in the same millisecond, whatever
+    /// the concurrency: what the workers cannot start in time goes back, so
+    /// more than they can handle costs round trips, not duplicates); see
     /// [`claim_ahead`](ConsumerOptions::claim_ahead).
     pub fn claim_ahead_max(mut self, n: usize) -> Self {
         self.claim_ahead_max = n;

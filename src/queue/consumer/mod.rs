@@ -5,8 +5,9 @@
 //!   worker up to four) share the workers out; each claims for its own free
 //!   workers only (as many messages as it has free workers, in one script
 //!   call), so nothing waits in local memory: a message is either in Redis
-//!   or being handled. A claimer with one worker runs the handler itself;
-//!   several claimers keep several claims in flight at once.
+//!   or being handled (but with `claim_ahead`, below). A claimer with one
+//!   worker runs the handler itself; several claimers keep several claims
+//!   in flight at once.
 //! * `Ok` acks (the acks of finished handlers travel with the next claim, in
 //!   the same script call: at most one round trip per message while
 //!   messages keep coming, fewer when several workers free up together);
@@ -22,9 +23,14 @@
 //!   longer current).
 //!
 //! * With `ConsumerOptions::claim_ahead`, a second driver job claims
-//!   delayed messages up to the window before their due time and the wheel
-//!   hands each to the workers at its due time (`ahead/`); the claimers
-//!   go on claiming what is ready as before.
+//!   delayed messages up to the window before their due time and hands
+//!   each to the workers at its due time, once the server's clock says so
+//!   and if the queue has no controls (`ahead/`). Those wait in this
+//!   process's memory, but never past their claim: one the workers cannot
+//!   start by half its visibility before its claim ends goes back to the
+//!   queue, uncounted. The claimers go on claiming what is ready, for the
+//!   workers not busy with messages claimed ahead; a delivery that finds
+//!   its worker taken by one meanwhile goes back too.
 //!
 //! Files: `running.rs` (what the threads and the jobs share), `worker.rs`
 //! (the claimer and worker threads), `extend.rs` (the visibility job),
@@ -39,7 +45,7 @@ mod worker;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -51,8 +57,8 @@ pub use self::stream::Deliveries;
 
 use self::ahead::AheadJob;
 use self::extend::ExtendJob;
-use self::running::{Ack, Inner, RunHandler, Running};
-use self::worker::{Lane, dispatch, handle, work};
+use self::running::{Inner, RunHandler, Running};
+use self::worker::{Finished, Lane, dispatch, handle, work};
 use super::codec::Codec;
 use super::delivery::Delivery;
 use super::handle::Queue;
@@ -193,7 +199,9 @@ impl<T: Codec> Queue<T> {
     /// each, ack on `Ok` and nack with backoff on `Err` or a panic.
     ///
     /// Messages are claimed for free workers only: nothing waits in local
-    /// memory.
+    /// memory (with `ConsumerOptions::claim_ahead`, messages claimed ahead
+    /// wait for their due time and a worker, never past their claim; see
+    /// that option).
     /// The visibility of running handlers is extended by the runtime's
     /// driver while they run; see the module docs of `consumer` for the
     /// handler timeout. Stop it with [`Consumer::shutdown`].
@@ -285,13 +293,17 @@ impl<T: Codec> Queue<T> {
                 }
             } else {
                 let (work_tx, work_rx) = crossbeam_channel::bounded::<Delivery<T>>(size);
-                let (result_tx, results) = crossbeam_channel::unbounded::<Option<Ack>>();
+                let (result_tx, results) = crossbeam_channel::unbounded::<Finished>();
+                let busy = Arc::new(AtomicUsize::new(0));
+                let lane_ahead = ahead
+                    .as_ref()
+                    .map(|(job, _)| (Arc::clone(job), Arc::clone(&busy)));
                 for worker in next_worker..next_worker + size {
                     let (run, work_rx, result_tx) =
                         (Arc::clone(&run), work_rx.clone(), result_tx.clone());
                     let ahead = ahead
                         .as_ref()
-                        .map(|(job, rx)| (Arc::clone(job), rx.clone()));
+                        .map(|(job, rx)| (Arc::clone(job), rx.clone(), Arc::clone(&busy)));
                     started = started.and_then(|()| {
                         spawn(
                             format!("redwheel-consumer-{worker}"),
@@ -303,6 +315,7 @@ impl<T: Codec> Queue<T> {
                     size,
                     work_tx,
                     results,
+                    ahead: lane_ahead,
                 }
             };
             next_worker += size;

@@ -1,12 +1,14 @@
 //! The threads of a consumer pool: claimers, which claim for their free
 //! workers (the finished ones' acks in the same call), and workers, which
-//! run the handler and ack or nack.
+//! run the handler and ack or nack. In a pool that claims ahead, a worker
+//! busy with a message claimed ahead is not free: its claimer does not
+//! claim for it.
 
 use std::any::Any;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -40,8 +42,24 @@ pub(super) enum Lane<T: Codec> {
     Pool {
         size: usize,
         work_tx: Sender<Delivery<T>>,
-        results: Receiver<Option<Ack>>,
+        results: Receiver<Finished>,
+        /// In a pool that claims ahead: the job, and how many of the
+        /// lane's workers are busy with its messages.
+        ahead: Option<(Arc<AheadJob<T>>, Arc<AtomicUsize>)>,
     },
+}
+
+/// A worker's share of a pool that claims ahead: the job, the channel that
+/// wakes workers for its due messages, and the count of the lane's workers
+/// busy with them.
+pub(super) type WorkerAhead<T> = (Arc<AheadJob<T>>, Receiver<()>, Arc<AtomicUsize>);
+
+/// What a worker of a lane tells its claimer.
+pub(super) enum Finished {
+    /// A delivery of the claimer is done: its ack, if it succeeded.
+    Claimed(Option<Ack>),
+    /// A message claimed ahead is done: the worker may be free again.
+    Ahead,
 }
 
 /// A claimer thread: claims as many messages as its lane has free workers,
@@ -62,6 +80,13 @@ pub(super) fn dispatch<T: Codec>(
         Lane::Inline { .. } => 1,
         Lane::Pool { size, .. } => *size,
     };
+    let busy_ahead = || match lane {
+        Lane::Pool {
+            ahead: Some((_, busy)),
+            ..
+        } => busy.load(Ordering::SeqCst),
+        _ => 0,
+    };
     loop {
         let stopping = inner.stop.load(Ordering::SeqCst);
         if stopping && (outstanding == 0 || inner.abandon.load(Ordering::SeqCst)) && acks.is_empty()
@@ -69,14 +94,18 @@ pub(super) fn dispatch<T: Codec>(
             return;
         }
         if let Lane::Pool { results, .. } = lane {
-            // All workers busy (or stopping with handlers running): wait
-            // for one.
-            if outstanding == size || (stopping && outstanding > 0) {
+            let take = |f: Finished, outstanding: &mut usize, acks: &mut Vec<Ack>| {
+                if let Finished::Claimed(r) = f {
+                    *outstanding -= 1;
+                    acks.extend(r);
+                }
+            };
+            // All workers busy (with this claimer's deliveries or messages
+            // claimed ahead), or stopping with handlers running: wait for
+            // one.
+            if outstanding + busy_ahead() >= size || (stopping && outstanding > 0) {
                 match results.recv_timeout(Duration::from_millis(50)) {
-                    Ok(r) => {
-                        outstanding -= 1;
-                        acks.extend(r);
-                    }
+                    Ok(f) => take(f, &mut outstanding, &mut acks),
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                         if acks.is_empty() {
                             continue;
@@ -85,12 +114,15 @@ pub(super) fn dispatch<T: Codec>(
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
                 }
             }
-            while let Ok(r) = results.try_recv() {
-                outstanding -= 1;
-                acks.extend(r);
+            while let Ok(f) = results.try_recv() {
+                take(f, &mut outstanding, &mut acks);
             }
         }
-        let free = if stopping { 0 } else { size - outstanding };
+        let free = if stopping {
+            0
+        } else {
+            size.saturating_sub(outstanding + busy_ahead())
+        };
         if free == 0 && acks.is_empty() {
             continue;
         }
@@ -131,6 +163,15 @@ pub(super) fn dispatch<T: Codec>(
             };
             match lane {
                 Lane::Inline { worker, run } => acks.extend(run(*worker, &d)),
+                Lane::Pool {
+                    ahead: Some((job, _)),
+                    ..
+                } if outstanding + busy_ahead() >= size => {
+                    // Its worker took a message claimed ahead while the
+                    // claim was waiting: it goes back (uncounted) rather
+                    // than wait here, unextended.
+                    job.give_back_claim(d);
+                }
                 Lane::Pool { work_tx, .. } => {
                     outstanding += 1;
                     if work_tx.send(d).is_err() {
@@ -144,28 +185,40 @@ pub(super) fn dispatch<T: Codec>(
 
 /// A worker thread of a lane: runs what its claimer hands it, reporting
 /// each result back, and, in a pool that claims ahead, what the wheel hands
-/// out at its due time (whose results go to the claim-ahead job). Ends when
-/// its claimer has ended.
+/// out at its due time (whose results go to the claim-ahead job; `busy`
+/// counts the lane's workers doing that). Ends when its claimer has ended.
 pub(super) fn work<T: Codec>(
     worker: usize,
     run: &RunHandler<Delivery<T>>,
     work_rx: &Receiver<Delivery<T>>,
-    result_tx: &Sender<Option<Ack>>,
-    ahead: Option<(Arc<AheadJob<T>>, Receiver<()>)>,
+    result_tx: &Sender<Finished>,
+    ahead: Option<WorkerAhead<T>>,
 ) {
-    let Some((job, woken)) = ahead else {
+    let Some((job, woken, busy)) = ahead else {
         while let Ok(d) = work_rx.recv() {
-            if result_tx.send(run(worker, &d)).is_err() {
+            if result_tx.send(Finished::Claimed(run(worker, &d))).is_err() {
                 return;
             }
         }
         return;
     };
+    // A delivery of the claimer, which may have waited while this worker
+    // handled messages claimed ahead: one whose claim is near its end goes
+    // back instead of starting.
+    let claimed = |d: Delivery<T>| {
+        let r = if job.claim_ending(&d) {
+            job.give_back_claim(d);
+            None
+        } else {
+            run(worker, &d)
+        };
+        result_tx.send(Finished::Claimed(r)).is_ok()
+    };
     loop {
         crossbeam_channel::select! {
             recv(work_rx) -> d => {
                 let Ok(d) = d else { return };
-                if result_tx.send(run(worker, &d)).is_err() {
+                if !claimed(d) {
                     return;
                 }
             }
@@ -175,10 +228,27 @@ pub(super) fn work<T: Codec>(
                 }
                 // Woken for due messages claimed ahead: handle them until
                 // none is left, or the pool stops (what is left then goes
-                // back to the queue).
-                while let Some(m) = job.next_due() {
-                    job.run(worker, m, run);
-                    if job.stopping() {
+                // back to the queue). A delivery of the claimer (claimed
+                // while this worker was free) goes first: it is not
+                // extended while it waits.
+                loop {
+                    if let Ok(d) = work_rx.try_recv() {
+                        if !claimed(d) {
+                            return;
+                        }
+                        continue;
+                    }
+                    busy.fetch_add(1, Ordering::SeqCst);
+                    let m = job.next_due();
+                    let found = m.is_some();
+                    if let Some(m) = m {
+                        job.run(worker, m, run);
+                    }
+                    busy.fetch_sub(1, Ordering::SeqCst);
+                    if !found {
+                        break;
+                    }
+                    if result_tx.send(Finished::Ahead).is_err() || job.stopping() {
                         break;
                     }
                 }

@@ -1,27 +1,41 @@
 //! Claiming ahead (`ConsumerOptions::claim_ahead`): a driver job of the
 //! pool claims delayed messages up to a window before they fall due
 //! (`claim_ahead.lua`), keeps them in memory, and at each one's due time
-//! this process's wheel hands it to the pool's workers, with no round trip
-//! in between. The workers' acks come back to the job, which sends them
-//! (with `claim.lua`, claiming nothing) in its next round.
+//! hands it to the pool's workers. The workers' acks come back to the job,
+//! which sends them (with `claim.lua`, claiming nothing) in its next round.
 //!
 //! When the job runs: when its own reply says the next message falls into
 //! the window; when a wake-up of the queue announces a new head (the
 //! queue's [`AheadKeys`], told by the `wake` listener and, after each
 //! transfer, by the queue's own job, since occurrences fired ahead are not
-//! published), shifted earlier by the window; when a worker finishes (acks
-//! to send, room to claim more).
+//! published) or a change of its controls, shifted earlier by the window;
+//! when a worker finishes (acks to send, room to claim more); at a due time
+//! (`hand.rs`).
+//!
+//! What is held never outlives its claim, nor starts before its time or
+//! against the queue's controls (`hand.rs`): shortly before a due time one
+//! check (`claim_ahead.lua` 'h', one O(1) call for every message due then)
+//! reads the server's `TIME` and whether the queue has controls; the
+//! hand-out is armed from that `TIME`, so it never comes before the due
+//! time by the server's clock, whatever this process's estimate of it, and
+//! no round trip stands between the due time and the handlers; with
+//! controls, what is held goes back to `delayed` (uncounted), for the
+//! claims of free workers to apply them. A message not started by half its visibility before its
+//! claim ends goes back too (the job's next round, or the worker that
+//! finds it so), so no held message is started on a claim the transfer may
+//! already have redelivered.
 //!
 //! A claim-ahead request whose reply is lost is sent again as the same
 //! request and answered from its reply record, as every claim is. At
 //! shutdown the messages not yet started go back to `delayed` at their due
 //! time (`claim_ahead.lua`'s give-back), uncounted.
 //!
-//! Files: this one (the job: when it claims, holding messages until their
-//! due time, acks, shutdown), `script.rs` (its commands and their
-//! replies), `pace.rs` (waking workers for due messages, paced).
+//! Files: this one (the job: claims, acks, give-backs, shutdown),
+//! `hand.rs` (from claimed to started: waiting for the due time, the check,
+//! the workers' side), `script.rs` (its commands and their replies),
+//! `pace.rs` (waking workers for due messages, paced).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -30,7 +44,7 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use redis::Value;
 
-use super::running::{Ack, Inner, RunHandler};
+use super::running::{Ack, Inner};
 use crate::error::{Error, ErrorKind};
 use crate::queue::claim::Undecodable;
 use crate::queue::codec::Codec;
@@ -41,6 +55,7 @@ use crate::runtime::{Commands, Deadline, Job, Next, slot};
 use crate::scripts::{self, CLAIM_BATCH_MAX};
 use crate::timer::Timeout;
 
+mod hand;
 mod pace;
 mod script;
 
@@ -81,11 +96,20 @@ impl AheadKeys {
     }
 }
 
-/// A message claimed ahead, as the workers get it: its due time (its score
-/// in `delayed`, when its handler may start; after a nack, later than the
-/// due time its delivery reports) and the delivery, or the message that
-/// did not decode.
-pub(super) type Ahead<T> = (i64, Result<Delivery<T>, Undecodable>);
+/// A message claimed ahead.
+pub(super) struct Claimed<T> {
+    /// Its score in `delayed`: when its handler may start (after a nack,
+    /// later than the due time its delivery reports).
+    due: i64,
+    /// Its claim's visibility deadline (epoch ms, server clock).
+    deadline: i64,
+    /// The delivery, or the message that did not decode.
+    m: Result<Delivery<T>, Undecodable>,
+}
+
+/// A due message waiting for a worker, with the latest instant (the
+/// driver's clock) it may start at.
+pub(super) type Due<T> = (Claimed<T>, Duration);
 
 /// The job: see the [module documentation](self).
 pub(super) struct AheadJob<T: Codec> {
@@ -97,14 +121,18 @@ pub(super) struct AheadJob<T: Codec> {
     window_ms: u64,
     max: usize,
     vis_ms: u64,
+    /// How long before its claim ends a held message is no longer started
+    /// (half the visibility: the visibility job, which extends it once it
+    /// runs, comes every third of it).
+    margin_ms: i64,
     st: Mutex<State<T>>,
     /// Messages whose due time has come, for the workers.
-    pace: Arc<Pacer<Ahead<T>>>,
+    pace: Arc<Pacer<Due<T>>>,
 }
 
 struct State<T> {
-    /// Claimed and not yet finished (waiting, queued for a worker, or
-    /// running).
+    /// Claimed and not yet finished or given back (waiting, queued for a
+    /// worker, or running).
     held: usize,
     /// Acks of finished handlers, the first `acks_sent` of them on the wire.
     acks: Vec<Ack>,
@@ -115,13 +143,33 @@ struct State<T> {
     /// The claim request on the wire (or whose reply never came: sent
     /// again as is), with its count.
     pending: Option<(Vec<u8>, usize)>,
-    /// What the last `commands` sent: acks, a claim.
-    sent: (bool, bool),
-    /// Claimed messages waiting for their due time, by due ms, with the
-    /// wheel timeout of each due time.
-    waiting: BTreeMap<i64, Vec<Ahead<T>>>,
+    /// What the last `commands` sent.
+    sent: Sent,
+    /// Claimed messages waiting for the check before their due time, by
+    /// due ms, with the wheel timeout that asks for it.
+    waiting: BTreeMap<i64, Vec<Claimed<T>>>,
     timeouts: HashMap<i64, Timeout>,
+    /// Due times whose check is asked for: their messages (still in
+    /// `waiting`) wait for it.
+    due: BTreeSet<i64>,
+    /// Checked messages, each with its latest start, waiting for their due
+    /// time (a wheel timeout armed from the check's `TIME` hands them out).
+    checked: BTreeMap<i64, Vec<Due<T>>>,
+    /// Claimed messages not to be started, to give back in the next round.
+    back: Vec<Claimed<T>>,
     stopped: bool,
+}
+
+/// What one round of the job sent, in its order.
+#[derive(Default)]
+struct Sent {
+    acks: bool,
+    /// How many of `back` went back.
+    back: usize,
+    /// The check, with the driver's clock when it was sent and the due
+    /// times it is for.
+    check: Option<(Duration, Vec<i64>)>,
+    claim: bool,
 }
 
 impl<T: Codec> AheadJob<T> {
@@ -135,6 +183,7 @@ impl<T: Codec> AheadJob<T> {
         n: u64,
     ) -> Arc<AheadJob<T>> {
         let key: Arc<str> = Arc::from(format!("ahead {} {n}", q.state.name));
+        let vis_ms = q.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
         let job = Arc::new_cyclic(|me| AheadJob {
             me: Weak::clone(me),
             q: q.clone(),
@@ -143,7 +192,8 @@ impl<T: Codec> AheadJob<T> {
             slot: slot(q.state.keys.delayed.as_bytes()),
             window_ms: window.as_millis() as u64,
             max,
-            vis_ms: q.visibility.as_millis().clamp(1, u128::from(u32::MAX)) as u64,
+            vis_ms,
+            margin_ms: (vis_ms / 2) as i64,
             pace: Pacer::new(wake, workers, q.rt()),
             st: Mutex::new(State {
                 held: 0,
@@ -152,9 +202,12 @@ impl<T: Codec> AheadJob<T> {
                 ack_req: Request::new(&q.state.keys),
                 claim_req: Request::new(&q.state.keys),
                 pending: None,
-                sent: (false, false),
+                sent: Sent::default(),
                 waiting: BTreeMap::new(),
                 timeouts: HashMap::new(),
+                due: BTreeSet::new(),
+                checked: BTreeMap::new(),
+                back: Vec::new(),
                 stopped: false,
             }),
         });
@@ -163,22 +216,6 @@ impl<T: Codec> AheadJob<T> {
             .driver
             .register(&key, Arc::clone(&job) as Arc<dyn Job>, Deadline::Now, None);
         job
-    }
-
-    /// Runs a message claimed ahead on a worker (a message that did not
-    /// decode becomes a dead letter instead).
-    pub(super) fn run(&self, worker: usize, (_, m): Ahead<T>, run: &RunHandler<Delivery<T>>) {
-        let ack = match m {
-            Ok(d) => run(worker, &d),
-            Err(u) => {
-                let e = self
-                    .q
-                    .dead_on_arrival(&u.id, &u.stored, Some(&u.token), u.cause);
-                tracing::warn!(target: "redwheel::queue", queue = %self.q.state.name, id = %u.id, error = %e, "consumer: a message could not be decoded; it is a dead letter now");
-                None
-            }
-        };
-        self.finished(ack);
     }
 
     /// A worker finished a message claimed ahead: its ack (if it
@@ -203,9 +240,9 @@ impl<T: Codec> AheadJob<T> {
     }
 
     /// Stops the job: no more claims or hand-outs; the messages not yet
-    /// handed to a worker (waiting, or still in `queued`, the workers'
-    /// channel) go back to the queue at their due time, and the acks not
-    /// yet sent are sent. Called once the workers have ended.
+    /// handed to a worker (waiting, being checked, queued for a worker, or
+    /// to give back) go back to the queue at their due time, and the acks
+    /// not yet sent are sent. Called once the workers have ended.
     pub(super) fn stop(&self) {
         let rt = self.q.rt();
         rt.driver.unregister(&self.key);
@@ -213,16 +250,14 @@ impl<T: Codec> AheadJob<T> {
         let (mut back, acks, pending) = {
             let mut st = self.st.lock();
             st.stopped = true;
-            for (_, t) in st.timeouts.drain() {
-                t.cancel();
-            }
-            let back: Vec<Ahead<T>> = std::mem::take(&mut st.waiting)
-                .into_values()
-                .flatten()
-                .collect();
+            let mut back = std::mem::take(&mut st.back);
+            back.extend(Self::unscheduled(&mut st));
             (back, std::mem::take(&mut st.acks), st.pending.take())
         };
-        back.extend(self.pace.drain());
+        // Hand-outs (and workers that find a message too late) push to the
+        // workers' queue only with the state locked and not stopped: all
+        // of it is here now.
+        back.extend(self.pace.drain().into_iter().map(|(c, _)| c));
         // A claim whose reply never came (lost, or the round was in flight
         // as the job was unregistered): the same request again is answered
         // with what it claimed, which goes back too.
@@ -249,60 +284,37 @@ impl<T: Codec> AheadJob<T> {
         }
     }
 
-    /// Keeps the claimed messages until their due time: one wheel timeout
-    /// per due time hands them to the workers.
-    fn hold(&self, st: &mut State<T>, claims: Vec<Ahead<T>>) {
-        let rt = self.q.rt();
-        for (due, m) in claims {
-            st.held += 1;
-            st.waiting.entry(due).or_default().push((due, m));
-            if st.timeouts.contains_key(&due) {
-                continue;
-            }
-            let delay = rt.driver.until_server_ms(due).unwrap_or_else(|| {
-                let now = rt.server_now_ms() as i64;
-                Duration::from_millis(due.saturating_sub(now).max(0) as u64)
-            });
-            let me = Weak::clone(&self.me);
-            if let Some(t) = rt
-                .driver
-                .after(delay.max(Duration::from_micros(1)), move || {
-                    if let Some(job) = me.upgrade() {
-                        job.hand_out(due);
-                    }
-                })
-            {
-                st.timeouts.insert(due, t);
-            }
+    /// Every held message not yet handed out (waiting for the check or,
+    /// checked, for its due time), their wheel timeouts cancelled (a
+    /// hand-out's finds nothing).
+    fn unscheduled(st: &mut State<T>) -> Vec<Claimed<T>> {
+        for (_, t) in st.timeouts.drain() {
+            t.cancel();
         }
-    }
-
-    /// The wheel's task at a due time: the messages due then go to the
-    /// workers (paced: `pace.rs`).
-    fn hand_out(&self, due: i64) {
-        let mut st = self.st.lock();
-        st.timeouts.remove(&due);
-        if st.stopped {
-            return;
-        }
-        let Some(ms) = st.waiting.remove(&due) else {
-            return;
-        };
-        drop(st);
-        let rt = self.q.rt();
-        self.q.state.metrics.delivered(
-            ms.iter()
-                .filter_map(|(_, m)| m.as_ref().ok())
-                .map(|d| (d.attempt, d.due_ms)),
-            || rt.server_now_ms(),
+        st.due.clear();
+        let mut out: Vec<Claimed<T>> = std::mem::take(&mut st.waiting)
+            .into_values()
+            .flatten()
+            .collect();
+        out.extend(
+            std::mem::take(&mut st.checked)
+                .into_values()
+                .flatten()
+                .map(|(c, _)| c),
         );
-        self.pace.push(ms);
+        out
     }
 
-    /// The next due message for a woken worker; `None` (and the worker
-    /// goes back to sleep) when there is none.
-    pub(super) fn next_due(&self) -> Option<Ahead<T>> {
-        self.pace.next()
+    /// The queue has controls: what is held and not started goes back in
+    /// the next round (the claims of free workers apply the controls).
+    fn take_back_all(&self, st: &mut State<T>) {
+        let mut back = Self::unscheduled(st);
+        back.extend(self.pace.drain().into_iter().map(|(c, _)| c));
+        if !back.is_empty() {
+            tracing::debug!(target: "redwheel::queue", queue = %self.q.state.name, n = back.len(), "consumer: the queue has controls; messages claimed ahead go back");
+        }
+        st.held = st.held.saturating_sub(back.len());
+        st.back.extend(back);
     }
 
     /// Whether the pool is stopping.
@@ -319,15 +331,20 @@ impl<T: Codec> AheadJob<T> {
             // This process's transfer job looks at the in-flight set when
             // the first of these visibilities could end (its reply then
             // arms it for the next).
-            let first = claims.iter().map(|(d, _)| *d).min().unwrap_or(now);
+            let first = claims.iter().map(|c| c.due).min().unwrap_or(now);
             self.q.announce_deadline(Duration::from_millis(
                 (first.max(now) - now) as u64 + self.vis_ms,
             ));
             self.hold(st, claims);
         }
-        if gate != 0 || st.held >= self.max {
-            // Controls on the queue, or full: a wake-up or a finished
-            // handler brings the job back.
+        if gate != 0 {
+            // Controls on the queue: what is held goes back; a wake-up
+            // (a control lifted) brings the job back.
+            self.take_back_all(st);
+            return Ok(Next::Idle);
+        }
+        if st.held >= self.max {
+            // Full: a finished handler brings the job back.
             return Ok(Next::Idle);
         }
         if claimed >= count {
@@ -359,7 +376,7 @@ impl<T: Codec> Job for AheadJob<T> {
     fn commands(&self, out: &mut Commands) {
         let mut st = self.st.lock();
         let st = &mut *st;
-        st.sent = (false, false);
+        st.sent = Sent::default();
         if st.stopped {
             return;
         }
@@ -367,7 +384,15 @@ impl<T: Codec> Job for AheadJob<T> {
             let packed = self.acks_command(st);
             out.push(self.slot, &packed);
             st.acks_sent = st.acks.len();
-            st.sent.0 = true;
+            st.sent.acks = true;
+        }
+        if !st.back.is_empty() {
+            out.push(self.slot, &self.give_back_command(st));
+            st.sent.back = st.back.len();
+        }
+        if !st.due.is_empty() {
+            out.push(self.slot, &self.check_command(st));
+            st.sent.check = Some((self.q.rt().driver.now(), st.due.iter().copied().collect()));
         }
         let stopping = self.inner.stop.load(Ordering::SeqCst);
         if st.pending.is_none() && !stopping && st.held < self.max {
@@ -377,7 +402,7 @@ impl<T: Codec> Job for AheadJob<T> {
         }
         if let Some((packed, _)) = &st.pending {
             out.push(self.slot, packed);
-            st.sent.1 = true;
+            st.sent.claim = true;
         }
     }
 
@@ -385,16 +410,24 @@ impl<T: Codec> Job for AheadJob<T> {
         let mut st = self.st.lock();
         let st = &mut *st;
         if st.stopped {
-            // `stop` took the pending claim and settles it itself.
+            // `stop` took the pending claim and what is held, and settles
+            // them itself.
             return Ok(Next::Idle);
         }
-        let (acks, claim) = std::mem::take(&mut st.sent);
+        let sent = std::mem::take(&mut st.sent);
         let mut replies = replies.iter();
-        if acks {
-            let reply = replies.next().cloned().unwrap_or(Value::Nil);
-            let got = self.q.read_claims_raw(reply)?;
-            let sent = st.acks_sent.min(st.acks.len());
-            st.acks.drain(..sent);
+        let mut reply = |what: &str| {
+            replies.next().ok_or_else(|| {
+                self.q.tag(Error::new(
+                    ErrorKind::Protocol,
+                    format!("no reply to {what}"),
+                ))
+            })
+        };
+        if sent.acks {
+            let got = self.q.read_claims_raw(reply("the acks")?.clone())?;
+            let done = st.acks_sent.min(st.acks.len());
+            st.acks.drain(..done);
             st.acks_sent = 0;
             self.inner.handled.fetch_add(got.acked, Ordering::Relaxed);
             self.q.state.metrics.acked.add(got.acked);
@@ -402,20 +435,27 @@ impl<T: Codec> Job for AheadJob<T> {
                 tracing::warn!(target: "redwheel::queue", queue = %self.q.state.name, refused = got.refused, "consumer: a message claimed ahead was delivered again before its handler's ack; that result is dropped");
             }
         }
-        if !claim {
-            return Ok(Next::Idle);
+        if sent.back > 0 {
+            let n = self.gave_back(reply("the give-back")?)?;
+            let done = sent.back.min(st.back.len());
+            st.back.drain(..done);
+            tracing::debug!(target: "redwheel::queue", queue = %self.q.state.name, given_back = n, "consumer: messages claimed ahead and not started given back");
         }
-        let Some((_, count)) = st.pending else {
-            return Ok(Next::Idle);
-        };
-        let reply = replies.next().ok_or_else(|| {
-            self.q.tag(Error::new(
-                ErrorKind::Protocol,
-                "no reply to claim_ahead.lua",
-            ))
-        })?;
-        let next = self.on_claims(st, reply, count)?;
-        st.pending = None;
-        Ok(next)
+        if let Some((at, dues)) = sent.check {
+            self.on_check(st, reply("the hand-out check")?, at, &dues)?;
+        }
+        let mut next = Next::Idle;
+        if sent.claim
+            && let Some((_, count)) = st.pending
+        {
+            next = self.on_claims(st, reply("claim_ahead.lua")?, count)?;
+            st.pending = None;
+        }
+        // Messages to give back go in the next round.
+        Ok(if st.back.is_empty() {
+            next
+        } else {
+            Next::Again
+        })
     }
 }

@@ -76,9 +76,22 @@ impl<M: Send + 'static> Pacer<M> {
         m
     }
 
-    /// Every message still waiting for a worker (shutdown).
+    /// Every message still waiting for a worker (shutdown, or the queue's
+    /// controls appeared).
     pub(super) fn drain(&self) -> Vec<M> {
         self.due.lock().drain(..).collect()
+    }
+
+    /// Takes out the messages still waiting for a worker for which
+    /// `stale` holds.
+    pub(super) fn take_where(&self, mut stale: impl FnMut(&M) -> bool) -> Vec<M> {
+        let mut due = self.due.lock();
+        if !due.iter().any(&mut stale) {
+            return Vec::new();
+        }
+        let (gone, kept): (VecDeque<M>, VecDeque<M>) = due.drain(..).partition(|m| stale(m));
+        *due = kept;
+        gone.into_iter().collect()
     }
 
     /// Wakes `n` more workers.
