@@ -315,3 +315,31 @@ fn a_redwheel_shuts_down_in_time_when_redis_was_killed() {
 fn a_redwheel_shuts_down_in_time_when_redis_froze() {
     redwheel_shutdown_with_redis_gone(Gone::Frozen);
 }
+
+/// An idle pool whose claim waits a long `poll` (60 s) in Redis, asked to
+/// shut down with a 5 s grace: the wait ends within `max_block` (1 s by
+/// default), so the shutdown is clean. It waited out the poll before (a
+/// `ShutdownTimeout` after the grace, the claimer still blocked).
+#[test]
+fn an_idle_pool_with_a_long_poll_shuts_down_without_waiting_it_out() {
+    let server = RedisServer::start();
+    let rw = connect(&server);
+    let q = rw.queue::<String>("idle-pool").unwrap();
+    let consumer = q
+        .consume(
+            ConsumerOptions::default().poll(Duration::from_secs(60)),
+            |_d| Ok::<(), String>(()),
+        )
+        .unwrap();
+    wait_until("the pool's claim blocks in Redis", HANG, || {
+        blocked_clients(&server) > 0
+    });
+    let grace = Duration::from_secs(5);
+    let begun = Instant::now();
+    let r = support::within(HANG, move || consumer.shutdown(grace));
+    eprintln!(
+        "shutdown({grace:?}) of an idle pool polling 60 s: {r:?} after {:?}",
+        begun.elapsed()
+    );
+    r.expect("the idle claim ends at the shutdown, not after its poll");
+}

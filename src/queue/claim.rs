@@ -5,7 +5,7 @@
 //! reply was lost is sent again and answered with what the lost one did,
 //! so no message is claimed for nobody and no attempt is counted twice.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 use super::codec::{Codec, CodecError};
@@ -122,12 +122,13 @@ impl<T: Codec> Queue<T> {
         n: usize,
         wait: Duration,
     ) -> Result<Vec<Result<Delivery<T>, Error>>, Error> {
-        Ok(self.claim_acking(&[], n, wait)?.deliveries)
+        Ok(self.claim_acking(&[], n, (wait, None))?.deliveries)
     }
 
     /// Acks `acks` (id, token pairs of finished claims) and claims up to `n`
     /// in the same script call (one round trip when a message is ready),
-    /// then waits up to `wait` if none was.
+    /// then waits up to `wait` if none was (less if `stop` is set
+    /// meanwhile: a pool that shuts down).
     ///
     /// The call with acks goes through the command pool; each attempt
     /// waits for its reply at most a third of the visibility (at least
@@ -139,7 +140,7 @@ impl<T: Codec> Queue<T> {
         &self,
         acks: &[(String, String)],
         n: usize,
-        wait: Duration,
+        (wait, stop): (Duration, Option<&AtomicBool>),
     ) -> Result<Claims<T>, Error> {
         let keys = &self.state.keys;
         let mut req = Request::new(keys);
@@ -179,7 +180,7 @@ impl<T: Codec> Queue<T> {
             req.next();
         }
         let popped = self.wait_pop(
-            Instant::now().checked_add(wait),
+            (Instant::now().checked_add(wait), stop),
             ("claim", n),
             &scripts::CLAIM,
             (&key_list, CLAIM_PLAIN_KEYS),

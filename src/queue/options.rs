@@ -320,9 +320,11 @@ impl ConsumerOptions {
         self
     }
 
-    /// How long an idle worker waits for a message before it looks at the
-    /// shutdown flag again (1 ms ..= 60 s; default 1 s). Messages arriving
-    /// meanwhile wake it at once.
+    /// How long one claim of an idle pool waits for a message before it
+    /// is sent again (1 ms ..= 60 s; default 1 s). Messages arriving
+    /// meanwhile wake it at once, and a shutdown ends the wait within
+    /// [`RedwheelOptions::max_block`](crate::RedwheelOptions::max_block),
+    /// however long the poll.
     pub fn poll(mut self, d: Duration) -> Self {
         self.poll = d;
         self

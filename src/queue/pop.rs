@@ -7,7 +7,7 @@
 //! (`queue/request.rs`): a round lost with its connection is sent again
 //! until an answer comes, which is what the lost one did.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::codec::Codec;
@@ -131,9 +131,12 @@ impl<T: Codec> Queue<T> {
     /// answer), at shutdown, or after [`RESOLVE_WITHIN`], a round that may
     /// have run unanswered makes this fail with
     /// [`ErrorKind::OutcomeUnknown`] rather than return nothing.
+    ///
+    /// `stop`, when given (a consumer pool's flag), ends the wait with
+    /// nothing once it is set: within `max_block`, however long `deadline`.
     pub(crate) fn wait_pop(
         &self,
-        deadline: Option<Instant>,
+        (deadline, stop): (Option<Instant>, Option<&AtomicBool>),
         op: (&'static str, usize),
         script: &redis::Script,
         (keys, plain): (&[&str], usize),
@@ -179,6 +182,12 @@ impl<T: Codec> Queue<T> {
             }
             if unresolved.too_old() {
                 return Err(self.tag(unresolved.outcome_unknown(op.0, None)));
+            }
+            // The caller (a consumer pool) stops: nothing more to wait for,
+            // once no round is left unanswered (at most `max_block` after
+            // the flag is set, the longest one round blocks in Redis).
+            if !unresolved.pending() && stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                return Ok(None);
             }
             // Read before the script runs, so an opening of the gate between
             // its reply and the wait below is not missed.

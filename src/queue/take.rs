@@ -79,7 +79,7 @@ impl<T: Codec> Queue<T> {
         let req = Request::new(keys);
         let prefix = call_prefix();
         let popped = self.wait_pop(
-            deadline,
+            (deadline, None),
             ("take", 1),
             &scripts::TAKE,
             (&take_keys(keys, &req.key), TAKE_PLAIN_KEYS),

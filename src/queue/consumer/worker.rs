@@ -135,7 +135,7 @@ pub(super) fn dispatch<T: Codec>(
         } else {
             opts.poll
         };
-        let claimed = match q.claim_acking(&acks, free, wait) {
+        let claimed = match q.claim_acking(&acks, free, (wait, Some(&inner.stop))) {
             Ok(got) => {
                 backoff.reset();
                 inner.handled.fetch_add(got.acked, Ordering::Relaxed);

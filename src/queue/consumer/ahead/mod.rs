@@ -270,7 +270,7 @@ impl<T: Codec> AheadJob<T> {
             }
         }
         if !acks.is_empty() {
-            match self.q.claim_acking(&acks, 0, Duration::ZERO) {
+            match self.q.claim_acking(&acks, 0, (Duration::ZERO, None)) {
                 Ok(got) => {
                     self.inner.handled.fetch_add(got.acked, Ordering::Relaxed);
                 }
