@@ -56,10 +56,17 @@ const ROWS: &str = r#"[...document.querySelectorAll('tr[data-queue]')].map(tr =>
 const CARDS: &str = r#"Object.fromEntries([...document.querySelectorAll('.card[data-field]')].map(c =>
     [c.getAttribute('data-field'), Number(c.querySelector('.value').getAttribute('data-value'))]))"#;
 
+/// Where a screenshot goes: the README's pictures in `docs/` only when
+/// `REDWHEEL_UPDATE_SCREENSHOTS=1` is set (so an ordinary test run leaves
+/// the tree as it was), else the test's own scratch directory.
 fn docs(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("docs")
-        .join(name)
+    if std::env::var_os("REDWHEEL_UPDATE_SCREENSHOTS").is_some_and(|v| v == "1") {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs")
+            .join(name)
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+    }
 }
 
 fn counts(s: &redwheel::QueueStats) -> Value {
