@@ -11,7 +11,8 @@ use redwheel::web::{Dashboard, Server};
 use redwheel::{ConsumerOptions, Delivery, QueueOptions, Redwheel, RedwheelOptions};
 use serde_json::Value;
 use support::RedisServer;
-use support::browser::{Browser, Page, http, queue_with_dead, wait_fresh_snapshot, wait_stats};
+use support::browser::{Browser, Page};
+use support::dashboard::{http, queue_with_dead, wait_fresh_snapshot, wait_stats};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -57,8 +58,9 @@ const CARDS: &str = r#"Object.fromEntries([...document.querySelectorAll('.card[d
     [c.getAttribute('data-field'), Number(c.querySelector('.value').getAttribute('data-value'))]))"#;
 
 fn docs(name: &str) -> PathBuf {
+    // The repository's docs/, beside the README that shows them.
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("docs")
+        .join("../docs")
         .join(name)
 }
 
