@@ -93,7 +93,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if status != 200 && status != 503 {
             return Err(format!("GET /api/queues answered {status}: {body}").into());
         }
-        if status == 200 && body.contains("\"name\":\"example-orders\"") && body.contains("\"dead\":10") {
+        if status == 200
+            && body.contains("\"name\":\"example-orders\"")
+            && body.contains("\"dead\":10")
+        {
             println!("GET /api/queues: {body}");
             break;
         }
