@@ -19,8 +19,6 @@ use redwheel::Redwheel;
 mod splitmix;
 #[path = "support/throwaway_cluster.rs"]
 mod throwaway_cluster;
-#[path = "support/throwaway_redis.rs"]
-mod throwaway_redis;
 use splitmix::SplitMix64;
 use throwaway_cluster::ThrowawayCluster;
 

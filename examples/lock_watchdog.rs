@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 
 use redwheel::{ErrorKind, Redwheel};
 
-#[path = "support/throwaway_redis.rs"]
-mod throwaway_redis;
-use throwaway_redis::ThrowawayRedis;
+use redwheel_testkit::ThrowawayRedis;
 
 /// What a downstream store does with fencing tokens: it remembers the
 /// greatest token it accepted and refuses anything older.
@@ -41,13 +39,8 @@ impl FencedStore {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = match std::env::var("REDIS_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = ThrowawayRedis::start("lock-watchdog")?;
-            (server.url(), Some(server))
-        }
-    };
+    // REDIS_URL, or a throwaway redis-server kept until the end of main.
+    let (url, _server) = ThrowawayRedis::unless_redis_url("lock-watchdog")?;
     println!("using {url}");
     let rw = Redwheel::connect(&url)?;
     let store = Arc::new(Mutex::new(FencedStore::default()));

@@ -11,18 +11,11 @@ use std::time::{Duration, SystemTime};
 
 use redwheel::Redwheel;
 
-#[path = "support/throwaway_redis.rs"]
-mod throwaway_redis;
-use throwaway_redis::ThrowawayRedis;
+use redwheel_testkit::ThrowawayRedis;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = match std::env::var("REDIS_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = ThrowawayRedis::start("quickstart")?;
-            (server.url(), Some(server))
-        }
-    };
+    // REDIS_URL, or a throwaway redis-server kept until the end of main.
+    let (url, _server) = ThrowawayRedis::unless_redis_url("quickstart")?;
     println!("using {url}");
 
     let rw = Redwheel::connect(&url)?;

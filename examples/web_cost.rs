@@ -1,4 +1,4 @@
-//! What the dashboard costs Redis with its page open (README "Dashboard").
+//! What the dashboard costs Redis with its page open (the guide's "The dashboard").
 //!
 //! ```text
 //! cargo run --release --example web_cost --features web -- redis://127.0.0.1:6379 1000 60

@@ -6,6 +6,13 @@
 //! redeliveries, lease renewals) that wheel drives, on one Redis or a Redis
 //! Cluster ([`Redwheel::connect_cluster`]).
 //!
+//! **[The guide](guide)** explains each part in chapters whose examples
+//! all run as doc tests: what every operation guarantees, what each call
+//! does when its connection drops, consumers, controls, schedules (cron
+//! and daylight saving time), locks and fencing, async, production
+//! (TLS, ACL, cluster), operating it (CLI, metrics, dashboard) and how the
+//! timer's `unsafe` code is checked. This page is the short tour.
+//!
 //! ## The timer
 //!
 //! [`timer::HashedWheelTimer`] runs tasks after a delay on one dedicated
@@ -165,7 +172,7 @@
 //!   delivered, acked…, backlog, delivery lateness; per process: driver
 //!   rounds, reconnects, wheel lag, lock renewals) through the `metrics`
 //!   facade; install the exporter's recorder before connecting. The names
-//!   are in the README's "Operating it".
+//!   are in the guide's [Operating it](guide::operating).
 //! * `tls`: `rediss://` URLs, through the `redis` crate's rustls support;
 //!   `RedwheelOptions::tls_root_certificate` trusts a private CA.
 //! * `async`: every queue and lock operation as a future
@@ -173,8 +180,8 @@
 //!   `Lock::lock_async`…) and the wheel's `HashedWheelTimer::sleep`,
 //!   completed by redwheel's own threads (one multiplexed connection per
 //!   Redis node, the wheel): no runtime inside, for tokio, smol or any
-//!   executor. What dropping each future does is in the README's "Async"
-//!   and on each method.
+//!   executor. What dropping each future does is in the guide's
+//!   [Async](guide::async_futures) and on each method.
 //! * `cli`: the `redwheel` operator tool (`cargo install --path .
 //!   --features cli`): stats, peek, dead letters, requeue, remove, offer,
 //!   a live `watch`, locks and schedules, as tables or JSON. What it reads is library
@@ -187,6 +194,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+pub mod guide;
 pub mod lock;
 pub mod queue;
 mod runtime;

@@ -319,7 +319,7 @@ fn the_async_calls_take_every_duration() {
     proptest!(config(16), |(a in any_duration())| {
       for which in 0..7 {
         one_ready(&q)?;
-        smol::block_on(async {
+        redwheel_testkit::block_on(async {
             match which {
                 0 => {
                     let m = q.poll_async(a).await.map_err(|e| TestCaseError::fail(format!("poll_async: {e:?}")))?;

@@ -120,7 +120,7 @@ fn an_async_call_that_meets_a_users_key_says_the_same() {
     let rw = server.connect();
     server.cmd(&["SET", "redwheel:{mine}:ready", "the user's own data"]);
     let q = rw.queue::<String>("mine").unwrap();
-    let e = smol::block_on(q.poll_async(Duration::ZERO))
+    let e = redwheel_testkit::block_on(q.poll_async(Duration::ZERO))
         .map(|_| ())
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
@@ -219,7 +219,8 @@ fn a_full_queue_says_how_full_and_what_to_do_instead_of_the_scripts_reply() {
     #[cfg(feature = "async")]
     {
         let e =
-            smol::block_on(q.offer_async(&"c".to_string(), Duration::from_secs(60))).unwrap_err();
+            redwheel_testkit::block_on(q.offer_async(&"c".to_string(), Duration::from_secs(60)))
+                .unwrap_err();
         assert_full(&e);
     }
     assert_eq!(q.len().unwrap(), 1, "nothing was written");

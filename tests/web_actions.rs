@@ -12,7 +12,7 @@ use redwheel::web::{Dashboard, Server};
 use redwheel::{Redwheel, RedwheelOptions};
 use serde_json::Value;
 use support::RedisServer;
-use support::browser::{http, post_form, queue_with_dead};
+use support::dashboard::{http, post_form, queue_with_dead};
 use web_common::{read_to_close, sixteen_stalled, stalled, timed_get};
 
 const HOUR: Duration = Duration::from_secs(3_600);

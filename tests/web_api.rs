@@ -12,8 +12,10 @@ use redwheel::web::{Dashboard, Server};
 use redwheel::{ErrorKind, QueueOptions, Redwheel, RedwheelOptions};
 use serde_json::{Value, json};
 use support::RedisServer;
-use support::browser::{dashboard_status, http, queue_with_dead, wait_fresh_snapshot, wait_stats};
 use support::cluster::RedisCluster;
+use support::dashboard::{
+    dashboard_status, http, queue_with_dead, wait_fresh_snapshot, wait_stats,
+};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -37,7 +39,7 @@ fn serve(rw: &Redwheel, configure: impl FnOnce(Dashboard) -> Dashboard) -> Serve
     .unwrap()
 }
 
-fn get(web: &Server, path: &str) -> support::browser::HttpReply {
+fn get(web: &Server, path: &str) -> support::dashboard::HttpReply {
     http(web.local_addr(), "GET", path, &[])
 }
 

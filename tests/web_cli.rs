@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redwheel::Redwheel;
 use support::RedisServer;
-use support::browser::http;
+use support::dashboard::http;
 use web_common::Web;
 
 #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redwheel::Redwheel;
 use support::RedisServer;
-use support::browser::http;
+use support::dashboard::http;
 use web_common::{
     Web, head, read_all, sixteen_stalled, stalled, status_of, timed_get, wait_answering,
 };

@@ -106,20 +106,26 @@ pub fn lock_holder(k: u64, rw: Redwheel, h: Holders) {
     let _ = rw.shutdown(Duration::from_secs(10));
 }
 
-/// Holder `k` as a task of its own executor (smol's) on this thread,
-/// until told to stop.
+/// Holder `k` as a future driven on this thread (the test kit's
+/// `block_on`; its pauses are the wheel's own `sleep`), until told to stop.
 #[cfg(feature = "async")]
 pub fn async_lock_holder(k: u64, rw: Redwheel, h: Holders) {
     let lock = rw.lock(LOCK).watchdog_lease(LEASE);
     let mut rng = h.rng(k);
-    smol::block_on(async {
+    let timer = redwheel::timer::HashedWheelTimer::builder()
+        .build()
+        .expect("a timer with the default settings");
+    redwheel_testkit::block_on(async {
         while !h.stop.load(Ordering::SeqCst) {
             let g = match lock.try_lock_async(Duration::from_millis(500)).await {
                 Ok(Some(g)) => g,
                 Ok(None) => continue,
                 Err(_) => {
                     h.counters.lock_errors.fetch_add(1, Ordering::Relaxed);
-                    smol::Timer::after(Duration::from_millis(20)).await;
+                    timer
+                        .sleep(Duration::from_millis(20))
+                        .await
+                        .expect("the wheel runs");
                     continue;
                 }
             };
@@ -129,7 +135,10 @@ pub fn async_lock_holder(k: u64, rw: Redwheel, h: Holders) {
                     break;
                 }
                 h.store.lock().unwrap().write(k);
-                smol::Timer::after(h.pause(&mut rng)).await;
+                timer
+                    .sleep(h.pause(&mut rng))
+                    .await
+                    .expect("the wheel runs");
             }
             h.closing(k, g.is_lost());
             h.unlocked(k, g.unlock_async().await);

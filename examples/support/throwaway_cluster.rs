@@ -1,15 +1,15 @@
 //! A throwaway local Redis Cluster for the examples: six private
 //! `redis-server`s on free loopback ports (three masters, three replicas),
 //! joined with `redis-cli --cluster create`, stopped on drop. Included with
-//! `#[path = "support/throwaway_cluster.rs"] mod throwaway_cluster;` next to
-//! `throwaway_redis`.
+//! `#[path = "support/throwaway_cluster.rs"] mod throwaway_cluster;`; its
+//! nodes are the testkit's `ThrowawayRedis`.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::throwaway_redis::ThrowawayRedis;
+use redwheel_testkit::ThrowawayRedis;
 
 /// Six nodes made into a cluster.
 pub struct ThrowawayCluster {

@@ -4,7 +4,8 @@
 //! in the middle) against the model in `redwheel_fuzz::timer_model`, which
 //! panics on the first broken invariant.
 //!
-//! `cargo +nightly fuzz run timer_ops`; see the README's "Fuzzing" section.
+//! `cargo +nightly fuzz run timer_ops`; see "Fuzzing" in the guide's
+//! "Checking the timer" (`redwheel::guide::verification`).
 
 #![no_main]
 

@@ -67,13 +67,14 @@
 //!   claimed ahead.
 //! * **Faults**: every write either did its work exactly once and says so,
 //!   or did not and says so, or returns [`ErrorKind::OutcomeUnknown`]; the
-//!   repository's README has the table of what each call does when its
-//!   connection drops before the command, after it ran, mid-reply, or
-//!   when the reply is late.
+//!   guide's [When the connection drops](crate::guide::connection_drops)
+//!   has the table of what each call does when its connection drops
+//!   before the command, after it ran, mid-reply, or when the reply is
+//!   late.
 //! * **Futures** (feature `async`): `offer_async`, `take_async`,
 //!   `claim_async`, `ack_async`… give what their synchronous twins give, on
 //!   the same scripts, and never lose a message when dropped (see the
-//!   README's "Async" for each operation).
+//!   guide's [Async](crate::guide::async_futures) for each operation).
 //! * **Latency**: each [`Redwheel`] keeps one wheel timeout per queue at the
 //!   head's due time, replaced only by an earlier head announced on the wake
 //!   channel; a guard sweep (default every second) covers a lost wake-up or

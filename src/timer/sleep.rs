@@ -79,8 +79,7 @@ impl HashedWheelTimer {
     /// let timer = HashedWheelTimer::builder()
     ///     .tick_duration(Duration::from_millis(1))
     ///     .build()?;
-    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    /// # rt.block_on(async {
+    /// # redwheel_testkit::block_on(async {
     /// timer.sleep(Duration::from_millis(20)).await?;
     /// # Ok::<(), redwheel::TimerError>(())
     /// # })?;

@@ -156,7 +156,8 @@
 //! The page's own live refresh reads nothing from Redis on the overview;
 //! a queue page reads that queue (about 12 round trips) each time it
 //! refreshes; the locks page runs a `SCAN` and one round trip per held lock.
-//! README "Dashboard" has the measured figures.
+//! The guide's [dashboard](crate::guide::dashboard) chapter has the
+//! measured figures.
 //!
 //! # Actions open the queue
 //!

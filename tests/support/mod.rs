@@ -10,10 +10,9 @@
 //! test is panicking, the server log is printed first.
 #![allow(dead_code)]
 
-pub mod browser;
 pub mod cluster;
-#[cfg(feature = "metrics")]
-pub mod metrics;
+#[cfg(feature = "web")]
+pub mod dashboard;
 pub mod proxy;
 
 use std::fs;
@@ -438,15 +437,16 @@ pub fn add_acl_user(server: &RedisServer, name: &str, password: &str, rules: &st
     assert_eq!(reply.trim(), "+OK", "ACL SETUSER {rules}: {reply}");
 }
 
-/// The least-privilege ACL rules of the README's "Connecting in
-/// production" line (what follows `>PASSWORD`), read from the README
-/// itself so the documented line is the one tested.
+/// The least-privilege ACL rules of the guide's "In production" line
+/// (what follows `>PASSWORD`), read from the guide itself
+/// (`src/guide/production.md`, which the README links to) so the
+/// documented line is the one tested.
 pub fn readme_acl_rules() -> String {
-    let readme = include_str!("../../README.md");
-    let line = readme
+    let guide = include_str!("../../src/guide/production.md");
+    let line = guide
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER redwheel on >PASSWORD "))
-        .expect("the README's ACL line");
+        .expect("the guide's ACL line");
     line["ACL SETUSER redwheel on >PASSWORD ".len()..].to_owned()
 }

@@ -139,7 +139,7 @@ pub enum Command {
         #[arg(default_value = "*")]
         pattern: String,
     },
-    /// Serves the web dashboard until interrupted (README, "Dashboard").
+    /// Serves the web dashboard until interrupted (the guide's "The dashboard").
     Web(WebArgs),
     /// The recurring schedules of a queue: definition, next runs, last fired, paused.
     Schedules {

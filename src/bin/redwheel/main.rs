@@ -1,5 +1,5 @@
 //! The `redwheel` command-line tool: inspect and operate redwheel queues and
-//! locks in Redis (README, "Operating it").
+//! locks in Redis (the guide's "Operating it", `redwheel::guide::operating`).
 //!
 //! Exit codes: 0 done; 1 any other failure; 2 a usage error (arguments,
 //! durations, names; checked before connecting); 3 Redis could not be

@@ -6,6 +6,7 @@
 //! refuses whole is sent again offer by offer, and a call whose reply is
 //! lost answers `OutcomeUnknown` to each and is never sent again.
 
+#[path = "../../tests/faults_common/mod.rs"]
 mod faults_common;
 mod support;
 

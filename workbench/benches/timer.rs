@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use redwheel::timer::{HashedWheelTimer, ManualClock, Timeout};
 
-#[path = "../examples/support/splitmix.rs"]
+#[path = "../../examples/support/splitmix.rs"]
 mod splitmix;
 
 /// The shared no-op task's counter (only the worker thread touches it).

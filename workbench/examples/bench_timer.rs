@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use redwheel::timer::{HashedWheelTimer, ManualClock, Timeout};
 
-#[path = "support/splitmix.rs"]
+#[path = "../../examples/support/splitmix.rs"]
 mod splitmix;
 use splitmix::delays_ms;
 

@@ -12,7 +12,8 @@ use redwheel::Redwheel;
 use redwheel::web::{Dashboard, Server};
 use serde_json::Value;
 use support::RedisServer;
-use support::browser::{Browser, Page, queue_with_dead};
+use support::browser::{Browser, Page};
+use support::dashboard::queue_with_dead;
 
 const HOUR: Duration = Duration::from_secs(3_600);
 

@@ -11,7 +11,8 @@ use redwheel::web::{Dashboard, Server};
 use redwheel::{ConsumerOptions, Delivery, QueueOptions, Redwheel, RedwheelOptions};
 use serde_json::Value;
 use support::RedisServer;
-use support::browser::{Browser, Page, http, queue_with_dead, wait_fresh_snapshot, wait_stats};
+use support::browser::{Browser, Page};
+use support::dashboard::{http, queue_with_dead, wait_fresh_snapshot, wait_stats};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -62,7 +63,7 @@ const CARDS: &str = r#"Object.fromEntries([...document.querySelectorAll('.card[d
 fn docs(name: &str) -> PathBuf {
     if std::env::var_os("REDWHEEL_UPDATE_SCREENSHOTS").is_some_and(|v| v == "1") {
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("docs")
+            .join("../docs")
             .join(name)
     } else {
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)

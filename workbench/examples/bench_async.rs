@@ -36,12 +36,10 @@ use std::time::{Duration, Instant};
 
 use redwheel::{ConsumerOptions, Queue, Redwheel};
 
-#[path = "support/splitmix.rs"]
+#[path = "../../examples/support/splitmix.rs"]
 mod splitmix;
-#[path = "support/throwaway_redis.rs"]
-mod throwaway_redis;
+use redwheel_testkit::ThrowawayRedis;
 use splitmix::SplitMix64;
-use throwaway_redis::ThrowawayRedis;
 
 const N: usize = 100_000;
 const TASKS: usize = 64;

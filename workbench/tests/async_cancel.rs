@@ -16,6 +16,7 @@
 mod async_common;
 #[path = "async_common/faults.rs"]
 mod async_faults;
+#[path = "../../tests/faults_common/mod.rs"]
 mod faults_common;
 mod support;
 

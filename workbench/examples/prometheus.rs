@@ -35,15 +35,13 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redwheel::{ConsumerOptions, QueueOptions, Redwheel};
 
-#[path = "support/throwaway_redis.rs"]
-mod throwaway_redis;
-use throwaway_redis::ThrowawayRedis;
+use redwheel_testkit::ThrowawayRedis;
 
 #[path = "support/metrics_http.rs"]
 mod metrics_http;
 use metrics_http::MetricsServer;
 
-#[path = "support/splitmix.rs"]
+#[path = "../../examples/support/splitmix.rs"]
 mod splitmix;
 use splitmix::SplitMix64;
 
