@@ -43,9 +43,14 @@ const STATE_MASK: u32 = 3;
 /// One reference in the state word.
 pub(crate) const REF: u32 = 4;
 
-/// References above this abort the process (as `Arc` does): only leaking
-/// hundreds of millions of clones of one handle gets there.
-const MAX_REFS: u32 = u32::MAX / 2;
+/// References at or above this abort the process (as `Arc`'s overflow
+/// does): only leaking hundreds of millions of clones of one handle gets
+/// there. The word counts up to `2^30 - 1`; half of that is the bound, so
+/// that increments racing one another's check (each aborts after its own
+/// `fetch_add`) cannot carry the count past what it holds, and the count
+/// never wraps (a wrapped count would let a handle's drop free a slot the
+/// wheel and other handles still point at).
+pub(crate) const MAX_REFS: u32 = (u32::MAX / REF) / 2;
 
 /// Bytes of a task stored in the slot itself; larger tasks are boxed.
 pub(crate) const INLINE_TASK: usize = 16;

@@ -167,23 +167,29 @@ unsafe impl Sync for Ring {}
 
 impl Ring {
     pub(crate) fn new() -> Self {
+        Ring::counted_from(0)
+    }
+
+    /// A ring whose entry counts start at `n`, as if `n` entries had been
+    /// pushed and claimed (tests start near the counts' wrap).
+    fn counted_from(n: u32) -> Self {
         let seg = Segment::alloc();
         Ring {
-            state: CachePadded::new(AtomicU64::new(0)),
+            state: CachePadded::new(AtomicU64::new(u64::from(n) << P_SHIFT)),
             added: AtomicU64::new(0),
             spare: AtomicPtr::new(ptr::null_mut()),
             local: UnsafeCell::new(Local {
                 tail: seg,
-                tail_base: 0,
-                pushed: 0,
+                tail_base: n,
+                pushed: n,
                 last_state: 0,
                 last_entry: ptr::null_mut(),
                 spares: ptr::null_mut(),
             }),
             side: UnsafeCell::new(Side {
                 head: seg,
-                head_base: 0,
-                claimed: 0,
+                head_base: n,
+                claimed: n,
                 accepted: 0,
             }),
         }
@@ -238,7 +244,8 @@ impl Ring {
                 return Pushed::QueuedWake;
             }
             l.last_entry = entry;
-            l.last_state = before + P_ONE;
+            // `P` wraps after 2^32 pushes (as the `fetch_add` did).
+            l.last_state = before.wrapping_add(P_ONE);
             Pushed::Queued
         })
     }
@@ -288,7 +295,8 @@ impl Ring {
                 return false;
             }
             l.last_entry = ptr::null_mut();
-            let taken = w - P_ONE + 1;
+            // `P - 1, U + 1`; `P` may just have wrapped to 0 (U < U_MASK).
+            let taken = w.wrapping_sub(P_ONE) + 1;
             if self
                 .state
                 .compare_exchange(w, taken, Ordering::AcqRel, Ordering::Relaxed)
@@ -549,6 +557,42 @@ mod tests {
             assert!(!p.unpublish(entry(3)), "claimed: too late");
         }
         assert_eq!(p.added(), 4, "a timeout taken back was still accepted");
+    }
+
+    /// Issue 32: `P` counts pushes modulo 2^32. Past the wrap, the word a
+    /// push leaves (and the one unpublish computes from it) must wrap too,
+    /// not overflow: with overflow checks on, `cancel()` panicked there
+    /// after it had already cancelled the timeout.
+    #[test]
+    fn pushes_and_take_backs_go_on_past_the_counts_wrap() {
+        let p = Ring::counted_from(u32::MAX - 2);
+        let mut expected = Vec::new();
+        let mut unseen = 0;
+        for i in 0..8 {
+            // SAFETY: the test thread plays the producer.
+            unsafe {
+                assert_eq!(p.push(entry(i), true), Pushed::Queued, "push {i}");
+                if i % 2 == 1 {
+                    assert!(p.unpublish(entry(i)), "take back {i}");
+                    unseen += 1;
+                } else {
+                    expected.push(i);
+                }
+            }
+            // A claim after every other push flips EPOCH, so that the word
+            // left by the push that wraps `P` to 0 is not 0.
+            if i % 4 == 2 {
+                let (got, u) = claim(&p);
+                assert_eq!(got, expected, "claim after push {i}");
+                assert_eq!(u, unseen);
+                expected.clear();
+                unseen = 0;
+            }
+        }
+        assert_eq!(claim(&p), (expected, unseen));
+        // SAFETY: as above.
+        unsafe { assert_eq!(p.accepted(), 8) };
+        assert_eq!(p.added(), 8);
     }
 
     #[test]

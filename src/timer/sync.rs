@@ -87,8 +87,8 @@ loom::thread_local! {
 }
 
 /// A unique id of the calling thread (never reused), cheaper to compare
-/// than `std::thread::ThreadId`; `u64::MAX` while the thread's locals are
-/// being destroyed.
+/// than `std::thread::ThreadId`. While the thread's locals are being
+/// destroyed, a fresh id at every call (see [`id_without_locals`]).
 #[inline]
 pub(crate) fn thread_id() -> u64 {
     let id = |id: &std::cell::Cell<u64>| {
@@ -100,7 +100,45 @@ pub(crate) fn thread_id() -> u64 {
         v
     };
     #[cfg(not(redwheel_loom))]
-    return THREAD_ID.try_with(id).unwrap_or(u64::MAX);
+    return THREAD_ID
+        .try_with(id)
+        .unwrap_or_else(|_| id_without_locals());
     #[cfg(redwheel_loom)]
     return THREAD_ID.with(id);
+}
+
+/// The id of a thread whose `THREAD_ID` is already destroyed (it is
+/// exiting, on a target whose thread-locals live under OS keys): a fresh
+/// one at every call, so that no two such calls, and no pool made with
+/// one of them, share an id. A pool made in that state therefore has no
+/// owner thread at all: every slot freed into it takes the remote path,
+/// which any thread may take (the thread that made it still allocates
+/// from it and closes it, as its one user).
+#[cfg(not(redwheel_loom))]
+#[cold]
+fn id_without_locals() -> u64 {
+    NEXT_THREAD_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(all(test, not(redwheel_loom)))]
+mod tests {
+    use super::*;
+
+    /// Issue 32: two threads whose locals are gone must not share an id,
+    /// nor have one a pool was made with (the pool's owner-only free list
+    /// would be theirs, both at once). On targets whose thread-locals of
+    /// this kind are never destroyed (Linux's native TLS) the fallback
+    /// cannot be reached through `thread_id`, so it is called here itself.
+    #[test]
+    fn threads_without_their_locals_never_share_an_id() {
+        let pool_made_then = id_without_locals();
+        let (a, b) = (id_without_locals(), id_without_locals());
+        assert_ne!(a, b, "two exiting threads");
+        assert_ne!(
+            a, pool_made_then,
+            "an exiting thread and a pool made by one"
+        );
+        assert_ne!(b, pool_made_then);
+        assert_ne!(thread_id(), pool_made_then, "a live thread and that pool");
+    }
 }

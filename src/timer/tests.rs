@@ -335,3 +335,83 @@ fn timeouts_from_two_threads_run_or_drop_once_through_the_worker() {
         drop((never_ran, kept));
     }
 }
+
+/// How a forked child ended: its exit code, or the signal that killed it.
+#[cfg(not(miri))]
+#[derive(Debug, PartialEq, Eq)]
+enum ChildEnd {
+    Exited(i32),
+    Killed(i32),
+}
+
+/// Runs `f` in a forked child of the test process and waits for it; the
+/// child exits 0 when `f` returns, 101 when it panics. `f` must take no
+/// lock another thread of the test process may hold (the child has only
+/// the forking thread): atomics and `abort` only.
+#[cfg(not(miri))]
+fn in_child(f: impl FnOnce()) -> ChildEnd {
+    // SAFETY: the child runs `f` (atomics only, see above) and leaves with
+    // `_exit`, which runs no destructor and no atexit handler.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_ok();
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 101 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid, "waitpid failed");
+    if libc::WIFSIGNALED(status) {
+        ChildEnd::Killed(libc::WTERMSIG(status))
+    } else {
+        ChildEnd::Exited(libc::WEXITSTATUS(status))
+    }
+}
+
+/// Issue 32: the reference count holds 2^30 - 1 references (30 bits of the
+/// word); one more must abort the process, as `Arc`'s overflow does, and
+/// never wrap (a wrapped count lets a handle's drop free the slot while
+/// the wheel and leaked clones still point at it). The slot is made with
+/// that many references directly: leaking them with `mem::forget` of
+/// `Timeout` clones takes a billion increments. The child's `add_ref`
+/// is a `Timeout::clone`'s, its `try_cancel(1)` a `cancel()`'s.
+#[cfg(not(miri))]
+#[test]
+fn a_reference_count_at_its_bound_aborts_instead_of_wrapping() {
+    use super::entry::{MAX_REFS, REF};
+
+    let capacity = u32::MAX / REF;
+    let p = producer();
+    let t = Arc::new(Tally::default());
+    let full = new_slot(&p, capacity, task::<8>(&t));
+    assert_eq!(in_child(|| full.add_ref()), ChildEnd::Killed(libc::SIGABRT));
+    assert!(
+        MAX_REFS <= capacity / 2,
+        "the bound leaves headroom for increments racing the check"
+    );
+    for refs in [capacity, MAX_REFS] {
+        let slot = new_slot(&p, refs, task::<8>(&t));
+        assert_eq!(in_child(|| slot.add_ref()), ChildEnd::Killed(libc::SIGABRT));
+        assert_eq!(
+            in_child(|| {
+                slot.try_cancel(1);
+            }),
+            ChildEnd::Killed(libc::SIGABRT)
+        );
+        assert_eq!(slot.word() / REF, refs, "the parent's count is untouched");
+    }
+    // Below the bound, references are counted as usual.
+    let slot = new_slot(&p, MAX_REFS - 1, task::<8>(&t));
+    assert_eq!(
+        in_child(|| {
+            slot.add_ref();
+            assert_eq!(slot.word() / REF, MAX_REFS);
+        }),
+        ChildEnd::Exited(0)
+    );
+    // The slots stay allocated (nobody drops a billion references): the
+    // producer and its pool are leaked with them.
+    std::mem::forget(p);
+}
