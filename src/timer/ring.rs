@@ -2,8 +2,11 @@
 //! the worker, without a lock and with one read-modify-write per push.
 //!
 //! A [`Ring`] has one producing thread and one consuming thread (the
-//! worker). An entry is a slot pointer (`entry.rs`): a new timeout, or
-//! (low bit set) a cancellation. Entries go into segments of [`SEG`] words
+//! worker). An entry is a slot pointer (`entry.rs`), its two low bits
+//! saying what for: a new timeout (its deadline resolved, or *deferred*:
+//! waiting for a reading, see `entry.rs`) or a cancellation; or, with
+//! no slot, a *time mark*: a clock reading the producing thread took after
+//! every entry before it, which resolves the deferred deadlines among them. Entries go into segments of [`SEG`] words
 //! linked front to back; the producing thread writes at the back, the
 //! worker reads at the front and hands emptied segments back for reuse.
 //! One word, `state`, orders them:
@@ -40,8 +43,16 @@
 //! * `local` belongs to the producing thread, `side` to the worker thread;
 //!   everything they share goes through `state` (release on push and
 //!   unpublish, acquire on claim) or the segment hand-back (`spare`).
-//! * Every entry holds one reference to its slot; whoever takes the entry
-//!   (the worker, or the producer that takes it back) takes the reference.
+//! * Every entry but a time mark holds one reference to its slot; whoever
+//!   takes the entry (the worker, or the producer that takes it back) takes
+//!   the reference.
+//! * The producing thread tells from `EPOCH` whether the worker claimed
+//!   since its own last push (a claim flips it only when it takes
+//!   something, which only that thread can have pushed, so two flips never
+//!   hide each other between two of its pushes): the first
+//!   [`PRECISE_PER_CLAIM`] new timeouts after each claim read the clock
+//!   themselves, later ones may be deferred, with a time mark after every
+//!   [`MARK_EVERY`] of them ([`Ring::may_defer`], [`Ring::mark_due`]).
 //! * Timeouts are counted twice: `added` by the producing thread (before
 //!   the push that publishes them, so `pending_timeouts` never misses one),
 //!   and `accepted` by the worker as it claims them (exact once the ring is
@@ -69,11 +80,36 @@ const EPOCH: u64 = 1 << 16;
 const DOZE: u64 = 1 << 17;
 const CLOSED: u64 = 1 << 18;
 
-/// The tag of a cancellation entry (slot addresses are 8-aligned).
-const CANCEL_TAG: usize = 1;
+/// The kinds of entry, in an entry's two low bits (slot addresses are
+/// 8-aligned).
+const KIND_MASK: usize = 3;
+const NEW: usize = 0;
+const CANCEL: usize = 1;
+const TIME: usize = 2;
+const NEW_DEFERRED: usize = 3;
 
-/// A ring entry: a slot pointer, tagged with `CANCEL_TAG` for a
-/// cancellation (a pointer, so that it keeps its provenance).
+/// New timeouts after each claim that read the clock themselves (see the
+/// ground rules): a thread scheduling fewer per tick never defers one.
+#[cfg(not(redwheel_loom))]
+pub(crate) const PRECISE_PER_CLAIM: u32 = 64;
+/// (Small under loom, so that the models defer.)
+#[cfg(redwheel_loom)]
+pub(crate) const PRECISE_PER_CLAIM: u32 = 1;
+
+/// Deferred new timeouts between two time marks.
+#[cfg(not(redwheel_loom))]
+pub(crate) const MARK_EVERY: u32 = 16;
+/// (Small under loom.)
+#[cfg(redwheel_loom)]
+pub(crate) const MARK_EVERY: u32 = 1;
+
+/// Largest reading a time mark carries (in the entry's upper bits: 2^62
+/// ns on 64-bit targets; a later reading makes no mark, and the worker's
+/// reading resolves the deferred deadlines instead).
+pub(crate) const MAX_MARK: u64 = (usize::MAX >> 2) as u64;
+
+/// A ring entry: a slot pointer with its kind in the low bits, or a time
+/// mark (a pointer, so that a slot's keeps its provenance).
 pub(crate) type Entry = *mut Slot;
 
 fn published(w: u64) -> u32 {
@@ -138,6 +174,15 @@ struct Local {
     pushed: u32,
     /// `state` as the last push or unpublish left it (0: unknown).
     last_state: u64,
+    /// `EPOCH` as of the last push or unpublish.
+    epoch: u64,
+    /// New timeouts pushed since the worker's last claim (as far as this
+    /// thread has seen it).
+    news_since_claim: u32,
+    /// Deferred new timeouts pushed since the last time mark (and not taken
+    /// back), and whether the last push was one of them.
+    unmarked: u32,
+    last_deferred: bool,
     /// The entry pushed last, while it can still be taken back (null: none).
     last_entry: Entry,
     /// Segments taken from `spare`, linked through `next`.
@@ -183,6 +228,10 @@ impl Ring {
                 tail_base: n,
                 pushed: n,
                 last_state: 0,
+                epoch: 0,
+                news_since_claim: 0,
+                unmarked: 0,
+                last_deferred: false,
                 last_entry: ptr::null_mut(),
                 spares: ptr::null_mut(),
             }),
@@ -237,6 +286,18 @@ impl Ring {
                 return Pushed::Closed;
             }
             l.pushed = l.pushed.wrapping_add(1);
+            let kind = entry.addr() & KIND_MASK;
+            if (before ^ l.epoch) & EPOCH != 0 {
+                l.epoch = before & EPOCH;
+                l.news_since_claim = 0;
+            }
+            l.news_since_claim = l.news_since_claim.saturating_add(u32::from(counted));
+            l.last_deferred = kind == NEW_DEFERRED;
+            match kind {
+                NEW_DEFERRED => l.unmarked = l.unmarked.saturating_add(1),
+                TIME => l.unmarked = 0,
+                _ => {}
+            }
             if before & DOZE != 0 {
                 self.state.fetch_and(!DOZE, Ordering::AcqRel);
                 l.last_entry = ptr::null_mut();
@@ -248,6 +309,40 @@ impl Ring {
             l.last_state = before.wrapping_add(P_ONE);
             Pushed::Queued
         })
+    }
+
+    /// Producer: whether a new timeout pushed next may defer its deadline:
+    /// the worker is awake (no `DOZE`), and this thread pushed
+    /// [`PRECISE_PER_CLAIM`] new timeouts since the worker's last claim. One
+    /// load of `state` (a claim since this thread's last push flipped
+    /// `EPOCH`). A stale load only defers a timeout that might have read the
+    /// clock: the deadline is later, never earlier.
+    ///
+    /// # Safety
+    /// The producer's thread only.
+    #[inline]
+    pub(crate) unsafe fn may_defer(&self) -> bool {
+        let w = self.state.load(Ordering::Relaxed);
+        self.local.with_mut(|l| {
+            // SAFETY: the producer's thread only, no other borrow is live.
+            let l = unsafe { &mut *l };
+            if (w ^ l.epoch) & EPOCH != 0 {
+                l.epoch = w & EPOCH;
+                l.news_since_claim = 0;
+            }
+            w & (DOZE | CLOSED) == 0 && l.news_since_claim >= PRECISE_PER_CLAIM
+        })
+    }
+
+    /// Producer: whether [`MARK_EVERY`] deferred timeouts wait for a time
+    /// mark (the caller then reads the clock and pushes one).
+    ///
+    /// # Safety
+    /// The producer's thread only.
+    #[inline]
+    pub(crate) unsafe fn mark_due(&self) -> bool {
+        // SAFETY: the producer's thread only.
+        self.local.with(|l| unsafe { (*l).unmarked >= MARK_EVERY })
     }
 
     /// A segment to append: a spare one, or a new one.
@@ -277,7 +372,7 @@ impl Ring {
     pub(crate) unsafe fn pushed_last(&self, entry: Entry) -> bool {
         // SAFETY: the producer's thread only.
         self.local
-            .with(|l| unsafe { ptr::eq((*l).last_entry, entry) && (*l).last_state != 0 })
+            .with(|l| unsafe { same_new((*l).last_entry, entry) && (*l).last_state != 0 })
     }
 
     /// Producer: takes the last pushed entry back, if the worker has not
@@ -291,7 +386,7 @@ impl Ring {
             // SAFETY: the producer's thread only.
             let l = unsafe { &mut *l };
             let w = l.last_state;
-            if !ptr::eq(l.last_entry, entry) || w == 0 || w & U_MASK == U_MASK {
+            if !same_new(l.last_entry, entry) || w == 0 || w & U_MASK == U_MASK {
                 return false;
             }
             l.last_entry = ptr::null_mut();
@@ -307,6 +402,10 @@ impl Ring {
             }
             l.pushed = l.pushed.wrapping_sub(1);
             l.last_state = taken;
+            if l.last_deferred {
+                l.unmarked = l.unmarked.saturating_sub(1);
+                l.last_deferred = false;
+            }
             true
         })
     }
@@ -362,7 +461,8 @@ impl Ring {
                 let offset = s.claimed.wrapping_sub(s.head_base) as usize;
                 // SAFETY: published, and not yet handed back.
                 let entry = unsafe { (*s.head).entries[offset].with(|e| *e) };
-                s.accepted += u64::from(entry.addr() & CANCEL_TAG == 0);
+                let kind = entry.addr() & KIND_MASK;
+                s.accepted += u64::from(kind == NEW || kind == NEW_DEFERRED);
                 f(entry);
                 s.claimed = s.claimed.wrapping_add(1);
             }
@@ -482,18 +582,53 @@ impl Drop for Ring {
     }
 }
 
-/// A slot reference carried as a ring entry.
-pub(crate) fn entry_of(slot: SlotRef, cancel: bool) -> Entry {
-    let tag = if cancel { CANCEL_TAG } else { 0 };
-    slot.0.as_ptr().map_addr(|a| a | tag)
+/// Whether `last` is the new-timeout entry `entry` (deferred or not).
+fn same_new(last: Entry, entry: Entry) -> bool {
+    let kind = last.addr() & KIND_MASK;
+    (kind == NEW || kind == NEW_DEFERRED) && last.addr() & !KIND_MASK == entry.addr() & !KIND_MASK
 }
 
-/// The slot and kind of a ring entry.
-pub(crate) fn slot_of(entry: Entry) -> (SlotRef, bool) {
-    let ptr = entry.map_addr(|a| a & !CANCEL_TAG);
-    // SAFETY: entries are made by `entry_of` from live slots.
+/// What a ring entry carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Item {
+    /// A new timeout, its deadline deferred (`true`) or resolved.
+    New(SlotRef, bool),
+    /// A cancellation.
+    Cancel(SlotRef),
+    /// A time mark: a clock reading taken after every entry before it.
+    Time(u64),
+}
+
+/// A slot reference carried as a ring entry: a cancellation, or a new
+/// timeout whose deadline is `deferred` or not.
+pub(crate) fn entry_of(slot: SlotRef, cancel: bool, deferred: bool) -> Entry {
+    let kind = match (cancel, deferred) {
+        (true, _) => CANCEL,
+        (false, true) => NEW_DEFERRED,
+        (false, false) => NEW,
+    };
+    slot.0.as_ptr().map_addr(|a| a | kind)
+}
+
+/// A time mark carrying `reading` (at most [`MAX_MARK`]).
+pub(crate) fn time_entry(reading: u64) -> Entry {
+    debug_assert!(reading <= MAX_MARK);
+    ptr::without_provenance_mut((reading as usize) << 2 | TIME)
+}
+
+/// What a ring entry carries.
+pub(crate) fn item_of(entry: Entry) -> Item {
+    let kind = entry.addr() & KIND_MASK;
+    if kind == TIME {
+        return Item::Time((entry.addr() >> 2) as u64);
+    }
+    let ptr = entry.map_addr(|a| a & !KIND_MASK);
+    // SAFETY: slot entries are made by `entry_of` from live slots.
     let slot = SlotRef(unsafe { NonNull::new_unchecked(ptr) });
-    (slot, entry.addr() & CANCEL_TAG != 0)
+    match kind {
+        CANCEL => Item::Cancel(slot),
+        _ => Item::New(slot, kind == NEW_DEFERRED),
+    }
 }
 
 #[cfg(all(test, not(redwheel_loom)))]

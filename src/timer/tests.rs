@@ -415,3 +415,73 @@ fn a_reference_count_at_its_bound_aborts_instead_of_wrapping() {
     // producer and its pool are leaked with them.
     std::mem::forget(p);
 }
+
+/// Issue 32: a thread scheduling in a tight loop reads the clock for the
+/// first `PRECISE_PER_CLAIM` timeouts after each claim of the worker and
+/// leaves the deadlines of later ones to a reading taken after their push:
+/// its next time mark (every `MARK_EVERY` of them, which the worker
+/// applies when it claims them), the handle's own when asked first, or the
+/// worker's own at that claim. Each deadline is set
+/// once and never before the clock read at the call plus the delay. (A
+/// manual clock that defers like the system clock; time moves within a
+/// tick, which the worker sleeps through without claiming.)
+#[test]
+fn deferred_deadlines_are_resolved_once_by_the_first_reading_after_the_call() {
+    use super::ring::{MARK_EVERY, PRECISE_PER_CLAIM};
+    use std::time::Duration;
+
+    let tick = Duration::from_secs(1);
+    let clock = ManualClock::deferring();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .clock(clock.clone())
+        .build()
+        .expect("valid arguments");
+    timer.start().expect("starts");
+    let delay = |i: u32| Duration::from_secs(3600) + Duration::from_nanos(u64::from(i));
+    let (precise, marked) = (PRECISE_PER_CLAIM, 2 * MARK_EVERY);
+    let unmarked = MARK_EVERY / 2;
+    let n = precise + marked + unmarked;
+    let mut called_at = Vec::new();
+    let mut handles = Vec::new();
+    for i in 0..n {
+        called_at.push(timer.now());
+        handles.push(timer.new_timeout(delay(i), |_| {}).expect("running"));
+    }
+    let unresolved = |t: &super::Timeout| t.slot.resolved_deadline().is_none();
+    let expect = |range: std::ops::Range<u32>, left: bool| {
+        for i in range {
+            assert_eq!(unresolved(&handles[i as usize]), left, "timeout {i}");
+        }
+    };
+    // Marks are read by the worker: until it claims, all of the deferred
+    // wait.
+    expect(0..precise, false);
+    expect(precise..n, true);
+    // 10 ms later (same tick: the worker claims nothing), the handle asks.
+    clock.advance(Duration::from_millis(10));
+    let asked = (precise + marked) as usize;
+    assert_eq!(
+        handles[asked].deadline(),
+        Duration::from_millis(10) + delay(asked as u32)
+    );
+    // The tick ends: the worker claims the rest and resolves them.
+    clock.advance(tick);
+    expect(0..n, false);
+    for (i, t) in handles.iter().enumerate() {
+        let i = i as u32;
+        let reading = match i {
+            _ if i < precise + marked => Duration::ZERO,
+            _ if i as usize == asked => Duration::from_millis(10),
+            _ => tick + Duration::from_millis(10),
+        };
+        assert_eq!(t.deadline(), reading + delay(i), "timeout {i}");
+        assert!(t.deadline() >= called_at[i as usize] + delay(i));
+    }
+    // The worker claimed: the next timeouts read the clock themselves.
+    let after = timer.new_timeout(delay(0), |_| {}).expect("running");
+    assert!(!unresolved(&after));
+    assert_eq!(after.deadline(), timer.now() + delay(0));
+    let never_ran = timer.stop().expect("stop from outside a task");
+    assert_eq!(never_ran.len(), n as usize + 1);
+}
