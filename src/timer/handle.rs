@@ -122,6 +122,7 @@ impl Builder {
     /// Checks the arguments and builds the timer. Its thread starts with the
     /// first timeout.
     pub fn build(self) -> Result<HashedWheelTimer, TimerError> {
+        super::sync::init_fences();
         if self.tick.is_zero() {
             return Err(TimerError::InvalidArgument {
                 name: "tick_duration",

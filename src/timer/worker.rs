@@ -205,9 +205,16 @@ impl Worker {
             let mut raced = false;
             if dozing {
                 shared.doze.store(DOZE_DOZING, Ordering::SeqCst);
+                for p in &self.producers {
+                    // SAFETY: this is the worker thread.
+                    unsafe { p.ring.set_doze() };
+                }
+                // One heavy fence for every ring (`ring.rs`): a push before
+                // a mark shows in `has_input`, one after it sees the mark.
+                sync::heavy_fence();
                 raced = shared.generation.load(Ordering::SeqCst) != self.generation
                     // SAFETY: this is the worker thread.
-                    || !self.producers.iter().all(|p| unsafe { p.ring.arm() });
+                    || self.producers.iter().any(|p| unsafe { p.ring.has_input() });
             }
             if !raced && !shared.is_shutdown() {
                 let deadline = wake_tick.and_then(|t| self.end_of(t));
@@ -218,7 +225,8 @@ impl Worker {
             let doze = shared.doze.swap(DOZE_AWAKE, Ordering::SeqCst);
             if dozing {
                 for p in &self.producers {
-                    p.ring.disarm();
+                    // SAFETY: this is the worker thread.
+                    unsafe { p.ring.disarm() };
                 }
                 // A producer or canceller that woke us did so at `woken_at`:
                 // what it pushed belongs to that tick, even if the clock
