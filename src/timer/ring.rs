@@ -66,12 +66,18 @@
 //!   closed, when `added` may still hold the passing count of a push about
 //!   to be refused).
 
-use std::ptr::{self, NonNull};
+use std::ptr;
 
 use crossbeam_utils::CachePadded;
 
-use super::entry::{Slot, SlotRef};
+use self::entries::{
+    CLAIMED, KIND_MASK, NEW, NEW_DEFERRED, REFUSED, TAKEN, TIME, same_new, sentinel,
+};
+pub(crate) use self::entries::{Entry, Item, MAX_MARK, entry_of, item_of, time_entry};
+use super::entry::Slot;
 use super::sync::{AtomicPtr, AtomicU64, Ordering, UnsafeCell, heavy_fence, light_fence};
+
+mod entries;
 
 /// Entries per ring segment.
 #[cfg(not(redwheel_loom))]
@@ -84,21 +90,6 @@ const CLAIMS: u64 = 0xFFFF_FFFF;
 const DOZE: u64 = 1 << 32;
 const CLOSED: u64 = 1 << 33;
 const DOZE_ONE: u64 = 1 << 34;
-
-/// The kinds of entry, in an entry's two low bits (slot addresses are
-/// 8-aligned).
-const KIND_MASK: usize = 3;
-const NEW: usize = 0;
-const CANCEL: usize = 1;
-const TIME: usize = 2;
-const NEW_DEFERRED: usize = 3;
-
-/// What a cell holds once its entry is gone: swapped out by the worker's
-/// claim, taken back by the producer, or refused at the close. (No slot
-/// lives at these addresses, and no time mark has kind 0.)
-const CLAIMED: usize = usize::MAX & !KIND_MASK;
-const TAKEN: usize = CLAIMED - 4;
-const REFUSED: usize = CLAIMED - 8;
 
 /// New timeouts after each claim that read the clock themselves (see the
 /// ground rules): a thread scheduling fewer per tick never defers one.
@@ -114,15 +105,6 @@ pub(crate) const MARK_EVERY: u32 = 16;
 /// (Small under loom.)
 #[cfg(redwheel_loom)]
 pub(crate) const MARK_EVERY: u32 = 1;
-
-/// Largest reading a time mark carries (in the entry's upper bits: 2^62
-/// ns on 64-bit targets; a later reading makes no mark, and the worker's
-/// reading resolves the deferred deadlines instead).
-pub(crate) const MAX_MARK: u64 = (usize::MAX >> 2) as u64;
-
-/// A ring entry: a slot pointer with its kind in the low bits, or a time
-/// mark (a pointer, so that a slot's keeps its provenance).
-pub(crate) type Entry = *mut Slot;
 
 /// One entry's place in a segment.
 type Cell = AtomicPtr<Slot>;
@@ -146,11 +128,6 @@ impl Segment {
         // SAFETY: forwarded.
         drop(unsafe { Box::from_raw(seg) });
     }
-}
-
-/// A cell value that is no entry.
-fn sentinel(addr: usize) -> Entry {
-    ptr::without_provenance_mut(addr)
 }
 
 /// What a push found.
@@ -640,191 +617,5 @@ impl Drop for Ring {
     }
 }
 
-/// Whether `last` is the new-timeout entry `entry` (deferred or not).
-fn same_new(last: Entry, entry: Entry) -> bool {
-    let kind = last.addr() & KIND_MASK;
-    (kind == NEW || kind == NEW_DEFERRED) && last.addr() & !KIND_MASK == entry.addr() & !KIND_MASK
-}
-
-/// What a ring entry carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Item {
-    /// A new timeout, its deadline deferred (`true`) or resolved.
-    New(SlotRef, bool),
-    /// A cancellation.
-    Cancel(SlotRef),
-    /// A time mark: a clock reading taken after every entry before it.
-    Time(u64),
-}
-
-/// A slot reference carried as a ring entry: a cancellation, or a new
-/// timeout whose deadline is `deferred` or not.
-pub(crate) fn entry_of(slot: SlotRef, cancel: bool, deferred: bool) -> Entry {
-    let kind = match (cancel, deferred) {
-        (true, _) => CANCEL,
-        (false, true) => NEW_DEFERRED,
-        (false, false) => NEW,
-    };
-    slot.0.as_ptr().map_addr(|a| a | kind)
-}
-
-/// A time mark carrying `reading` (at most [`MAX_MARK`]).
-pub(crate) fn time_entry(reading: u64) -> Entry {
-    debug_assert!(reading <= MAX_MARK);
-    ptr::without_provenance_mut((reading as usize) << 2 | TIME)
-}
-
-/// What a ring entry carries.
-pub(crate) fn item_of(entry: Entry) -> Item {
-    let kind = entry.addr() & KIND_MASK;
-    if kind == TIME {
-        return Item::Time((entry.addr() >> 2) as u64);
-    }
-    let ptr = entry.map_addr(|a| a & !KIND_MASK);
-    // SAFETY: slot entries are made by `entry_of` from live slots.
-    let slot = SlotRef(unsafe { NonNull::new_unchecked(ptr) });
-    match kind {
-        CANCEL => Item::Cancel(slot),
-        _ => Item::New(slot, kind == NEW_DEFERRED),
-    }
-}
-
 #[cfg(all(test, not(redwheel_loom)))]
-mod tests {
-    use super::*;
-
-    /// A fake entry (never dereferenced by the ring).
-    fn entry(i: usize) -> Entry {
-        ptr::without_provenance_mut(8 * (i + 1))
-    }
-
-    fn ring() -> Ring {
-        Ring::new()
-    }
-
-    /// Claims and returns (entries, unseen).
-    fn claim(p: &Ring) -> (Vec<usize>, u32) {
-        let mut got = Vec::new();
-        // SAFETY: the test thread plays the worker.
-        let unseen = unsafe { p.claim(|e| got.push(e.addr() / 8 - 1)) };
-        (got, unseen)
-    }
-
-    #[test]
-    fn entries_arrive_in_order_across_segments_and_segments_are_reused() {
-        let p = ring();
-        let mut next = 0;
-        for round in 0..3 {
-            let n = SEG * 2 + 7;
-            for i in next..next + n {
-                // SAFETY: the test thread plays the producer.
-                assert_eq!(unsafe { p.push(entry(i), true) }, Pushed::Queued);
-            }
-            let (got, unseen) = claim(&p);
-            assert_eq!(got, (next..next + n).collect::<Vec<_>>(), "round {round}");
-            assert_eq!(unseen, 0);
-            next += n;
-        }
-        assert_eq!(p.added(), next as u64);
-        assert_eq!(claim(&p), (vec![], 0), "nothing twice");
-    }
-
-    #[test]
-    fn the_last_entry_can_be_taken_back_until_the_worker_claims_it() {
-        let p = ring();
-        unsafe {
-            assert_eq!(p.push(entry(0), true), Pushed::Queued);
-            assert_eq!(p.push(entry(1), true), Pushed::Queued);
-            assert!(!p.unpublish(entry(0)), "only the last one");
-            assert!(p.pushed_last(entry(1)));
-            assert!(p.unpublish(entry(1)));
-            assert!(!p.unpublish(entry(1)), "not twice");
-            assert_eq!(p.push(entry(2), true), Pushed::Queued);
-        }
-        assert_eq!(claim(&p), (vec![0, 2], 1), "taken back, counted once");
-        unsafe {
-            assert_eq!(p.push(entry(3), true), Pushed::Queued);
-        }
-        assert_eq!(claim(&p), (vec![3], 0));
-        unsafe {
-            assert!(!p.unpublish(entry(3)), "claimed: too late");
-        }
-        assert_eq!(p.added(), 4, "a timeout taken back was still accepted");
-    }
-
-    /// Issue 32: `P` counts pushes modulo 2^32. Past the wrap, the word a
-    /// push leaves (and the one unpublish computes from it) must wrap too,
-    /// not overflow: with overflow checks on, `cancel()` panicked there
-    /// after it had already cancelled the timeout.
-    #[test]
-    fn pushes_and_take_backs_go_on_past_the_counts_wrap() {
-        let p = Ring::counted_from(u32::MAX - 2);
-        let mut expected = Vec::new();
-        let mut unseen = 0;
-        for i in 0..8 {
-            // SAFETY: the test thread plays the producer.
-            unsafe {
-                assert_eq!(p.push(entry(i), true), Pushed::Queued, "push {i}");
-                if i % 2 == 1 {
-                    assert!(p.unpublish(entry(i)), "take back {i}");
-                    unseen += 1;
-                } else {
-                    expected.push(i);
-                }
-            }
-            // A claim after every other push flips EPOCH, so that the word
-            // left by the push that wraps `P` to 0 is not 0.
-            if i % 4 == 2 {
-                let (got, u) = claim(&p);
-                assert_eq!(got, expected, "claim after push {i}");
-                assert_eq!(u, unseen);
-                expected.clear();
-                unseen = 0;
-            }
-        }
-        assert_eq!(claim(&p), (expected, unseen));
-        // SAFETY: as above.
-        unsafe { assert_eq!(p.accepted(), 8) };
-        assert_eq!(p.added(), 8);
-    }
-
-    #[test]
-    fn a_push_into_an_armed_ring_asks_for_a_wake_up_once() {
-        let p = ring();
-        unsafe {
-            assert!(p.arm());
-            assert_eq!(p.push(entry(0), true), Pushed::QueuedWake);
-            assert_eq!(p.push(entry(1), true), Pushed::Queued);
-            assert!(!p.arm(), "unclaimed entries: no doze");
-            assert!(p.has_input());
-        }
-        assert_eq!(claim(&p).0, vec![0, 1]);
-        unsafe {
-            assert!(!p.has_input());
-            assert!(p.arm());
-        }
-        unsafe { p.disarm() };
-        unsafe {
-            assert_eq!(p.push(entry(2), true), Pushed::Queued);
-        }
-    }
-
-    #[test]
-    fn a_closed_ring_hands_over_what_it_holds_and_refuses_the_rest() {
-        let p = ring();
-        let mut got = Vec::new();
-        unsafe {
-            assert_eq!(p.push(entry(0), true), Pushed::Queued);
-            assert_eq!(p.push(entry(1), true), Pushed::Queued);
-            assert!(p.unpublish(entry(1)));
-            let unseen = p.close(|e| got.push(e.addr() / 8 - 1));
-            assert_eq!((got.clone(), unseen), (vec![0], 1));
-            assert_eq!(p.accepted(), 2, "one handed over, one taken back");
-            assert!(p.is_closed());
-            assert_eq!(p.push(entry(2), true), Pushed::Closed);
-            assert!(!p.unpublish(entry(2)));
-            assert_eq!(p.accepted(), 2);
-        }
-        assert_eq!(p.added(), 2, "a refused timeout is not counted");
-    }
-}
+mod tests;
