@@ -485,3 +485,85 @@ fn deferred_deadlines_are_resolved_once_by_the_first_reading_after_the_call() {
     let never_ran = timer.stop().expect("stop from outside a task");
     assert_eq!(never_ran.len(), n as usize + 1);
 }
+
+/// Runs the calling test again, alone, in a child process (the test binary
+/// with only this test selected), and panics unless it ran and passed;
+/// false in that child, which then runs the test's body. For tests that
+/// need the process to themselves (no other test's pool taking or adding a
+/// cached block).
+#[cfg(not(miri))]
+fn rerun_alone(test: &str) -> bool {
+    const CHILD: &str = "REDWHEEL_TIMER_TEST_ALONE";
+    if std::env::var(CHILD).is_ok_and(|v| v == test) {
+        return false;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .args([test, "--exact", "--test-threads", "1", "--nocapture"])
+        .env(CHILD, test)
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the child run of {test} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+/// Issue 32: the blocks of a pool whose last slot went back are kept in the
+/// process-wide cache (`pool/blocks.rs`) and the next pool's chunks come from
+/// it, pages already written (no page fault per 102 slots in the next timer);
+/// the cache holds at most `CACHE_BYTES`. Alone in a child process, so that
+/// no other test's pool takes or adds a block meanwhile.
+#[cfg(not(miri))]
+#[test]
+fn a_closed_pools_blocks_are_reused_by_the_next_pool() {
+    use super::pool::{CACHE_BYTES, cached_bytes};
+
+    if rerun_alone("timer::tests::a_closed_pools_blocks_are_reused_by_the_next_pool") {
+        return;
+    }
+    let chunk_of = |s: SlotRef| s.0.addr().get() & !4095;
+    let t = Arc::new(Tally::default());
+    let p = producer();
+    // 300 slots: three chunks, in blocks of one and two.
+    let slots: Vec<SlotRef> = (0..300).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+    let chunks: std::collections::BTreeSet<usize> = slots.iter().map(|&s| chunk_of(s)).collect();
+    assert_eq!(chunks.len(), 3);
+    let before = cached_bytes();
+    for s in slots {
+        release(s);
+    }
+    // SAFETY: this thread owns the pool.
+    unsafe { Pool::close(&p.pool) };
+    assert_eq!(cached_bytes(), before + 3 * 4096, "both blocks kept");
+    let q = producer();
+    let first = new_slot(&q, 1, task::<1>(&t));
+    assert!(chunks.contains(&chunk_of(first)), "a cached block reused");
+    assert_eq!(cached_bytes(), before + 2 * 4096);
+    release(first);
+    // SAFETY: as above.
+    unsafe { Pool::close(&q.pool) };
+    // More than the cache keeps: 600 pools of 31 chunks (blocks of 1, 2,
+    // 4, 8 and 16), all closed.
+    let mut pools = Vec::new();
+    for _ in 0..600 {
+        let r = producer();
+        let s: Vec<SlotRef> = (0..SLOTS_PER_CHUNK * 31)
+            .map(|_| new_slot(&r, 1, task::<1>(&t)))
+            .collect();
+        pools.push((r, s));
+    }
+    for (r, s) in pools {
+        for slot in s {
+            release(slot);
+        }
+        // SAFETY: as above.
+        unsafe { Pool::close(&r.pool) };
+    }
+    assert!(cached_bytes() <= CACHE_BYTES, "{} cached", cached_bytes());
+    assert!(cached_bytes() > CACHE_BYTES / 2);
+}
