@@ -149,6 +149,8 @@ struct Config {
     dump: Option<String>,
     idle_secs: f64,
     imp: String,
+    /// Run W3 here and now (in the cold child process `w3_cold` starts).
+    cold: bool,
     task: TaskMode,
 }
 
@@ -175,6 +177,7 @@ impl Default for Config {
             dump: None,
             idle_secs: 10.0,
             imp: "redwheel".to_owned(),
+            cold: false,
             task: TaskMode::Shared,
         }
     }
@@ -203,6 +206,7 @@ fn parse_args() -> BoxResult<(Config, Vec<String>)> {
             "--threads" => cfg.threads = value(&a)?.parse()?,
             "--dump" => cfg.dump = Some(value(&a)?),
             "--idle-secs" => cfg.idle_secs = value(&a)?.parse()?,
+            "--cold" => cfg.cold = true,
             "--impl" => cfg.imp = value(&a)?,
             "--task" => {
                 cfg.task = match value(&a)?.as_str() {
@@ -290,11 +294,12 @@ impl<S: Sync + 'static> TaskRef<S> for &'static S {
     }
 }
 
-/// The task of one timeout: runs `body` on the state `r` refers to.
+/// The task of one timeout: runs `body` (a function item, so the closure
+/// holds the reference alone) on the state `r` refers to.
 #[inline(always)]
-fn task_of<S: 'static, R: TaskRef<S>>(
+fn task_of<S: 'static, R: TaskRef<S>, B: Fn(&S) + Copy + Send + 'static>(
     r: &R,
-    body: fn(&S),
+    body: B,
 ) -> impl FnOnce(&Timeout) + Send + 'static {
     let r = r.clone();
     move |_: &Timeout| body(r.state())
@@ -493,6 +498,60 @@ fn schedule_loop<R: TaskRef<AtomicU64>>(
         }
     }
     Ok(())
+}
+
+/// The names of W3's metrics, as `w3` returns them.
+const W3_METRICS: [&str; 5] = [
+    "bytes_per_timeout",
+    "pending_at_measure",
+    "fired_during_run",
+    "rss_bytes_per_timeout",
+    "task_closure_bytes",
+];
+
+/// W3 in a child process of its own (this binary with `--cold`), so that it
+/// starts cold: the timer keeps freed slot blocks for reuse process-wide
+/// (up to 64 MiB), and a run that reused the blocks of an earlier one would
+/// allocate none, and count none, for its slots. Each repetition is one
+/// child, with no warm-up (memory, not speed, is measured).
+fn w3_cold(cfg: &Config) -> BoxResult<Metrics> {
+    let task = match cfg.task {
+        TaskMode::Shared => "shared",
+        TaskMode::Closure => "closure",
+    };
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["--cold", "--reps", "1", "--warmup", "0", "--task", task])
+        .args([
+            "--n",
+            &cfg.n.to_string(),
+            "--seed",
+            &(cfg.seed as i64).to_string(),
+        ])
+        .args([
+            "--tick-ms",
+            &cfg.tick_ms.to_string(),
+            "--wheel",
+            &cfg.wheel.to_string(),
+        ])
+        .arg("W3")
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "the W3 child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    W3_METRICS
+        .iter()
+        .map(|&name| {
+            line["metrics"][name]["runs"][0]
+                .as_f64()
+                .map(|v| (name, v))
+                .ok_or_else(|| format!("the W3 child gave no {name}").into())
+        })
+        .collect()
 }
 
 fn w3(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
@@ -933,6 +992,7 @@ fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
             let d = delays_ms(cfg.n, 1000, 60000, seed);
             Box::new(move || w2(cfg, &d))
         }
+        "W3" if !cfg.cold => Box::new(move || w3_cold(cfg)),
         "W3" => {
             let d = delays_ms(cfg.n, 60000, 120000, seed.wrapping_add(3));
             Box::new(move || w3(cfg, &d))
@@ -1002,7 +1062,11 @@ fn json(w: &str, cfg: &Config, runtime: &str, runs: &[Metrics]) -> String {
         cfg.tick_ms,
         cfg.wheel,
         cfg.reps,
-        if w == "Idle" { 0 } else { cfg.warmup },
+        if w == "Idle" || w == "W3" {
+            0
+        } else {
+            cfg.warmup
+        },
         cfg.seed as i64
     );
     if w == "W6" {
@@ -1057,7 +1121,11 @@ fn main() -> BoxResult<()> {
     let stdout = std::io::stdout();
     for w in &ws {
         let run = runner(w, &cfg);
-        let warmup = if w == "Idle" { 0 } else { cfg.warmup };
+        let warmup = if w == "Idle" || w == "W3" {
+            0
+        } else {
+            cfg.warmup
+        };
         for _ in 0..warmup {
             run()?;
         }
