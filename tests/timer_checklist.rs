@@ -1221,3 +1221,30 @@ fn deadlines_left_to_a_later_reading_in_a_tight_loop_are_never_early() -> TestRe
     timer.stop()?;
     Ok(())
 }
+
+// Issue 32, the lateness tail: the worker on the system clock asks Linux
+// for 1 ns of timer slack (the default 50 µs lets every timed wake-up at a
+// tick end come up to 50 µs late). Read back from /proc for the worker's
+// thread, found by its name.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_worker_on_the_system_clock_runs_with_one_nanosecond_of_timer_slack() -> TestResult {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .thread_name("slack-probe")
+        .build()?;
+    timer.start()?;
+    let mut slack = None;
+    for task in fs::read_dir("/proc/self/task")? {
+        let task = task?;
+        let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "slack-probe" {
+            let tid = task.file_name();
+            let path = format!("/proc/{}/timerslack_ns", tid.to_string_lossy());
+            slack = Some(fs::read_to_string(path)?.trim().parse::<u64>()?);
+        }
+    }
+    assert_eq!(slack, Some(1), "the worker thread's timer slack");
+    timer.stop()?;
+    Ok(())
+}
