@@ -95,6 +95,7 @@ impl Shared {
         self.worker_id.get() == Some(&thread::current().id())
     }
 
+    #[inline]
     pub(crate) fn is_shutdown(&self) -> bool {
         self.state.load(Ordering::SeqCst) == WORKER_SHUTDOWN
     }

@@ -259,7 +259,6 @@ fn the_producer_cache_never_outlives_its_producer() {
     };
     let (cached, listed) = cache_state();
     let dangling = cached != 0 && !listed.contains(&cached);
-    eprintln!("DEBUG key match {} dangling {dangling}", key(&c) == key_a);
     // Before the fix this lookup hit the cache and used the freed
     // producer (Miri: use after free; natively: a panic or worse).
     let ran = Arc::new(AtomicUsize::new(0));
