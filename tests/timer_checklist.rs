@@ -1187,3 +1187,64 @@ fn a_deadline_on_the_system_clock_is_never_before_the_clock_read_before_the_call
     timer.stop()?;
     Ok(())
 }
+
+// HWT-W10 (1) for a tight loop (issue 32): there most timeouts leave their
+// deadline to a reading taken after the call (a time mark of the thread's,
+// or the worker's own when it claims them). Checked once the worker has
+// taken every one in (a zero-delay timeout scheduled after them fired):
+// each deadline is still no earlier than the clock read before its call
+// plus the delay. Compares clock readings only (the 30 s wait for the
+// zero-delay timeout is a hang guard, not a timing claim).
+#[test]
+fn deadlines_left_to_a_later_reading_in_a_tight_loop_are_never_early() -> TestResult {
+    let timer = HashedWheelTimer::builder().tick_duration(ms(1)).build()?;
+    let delay = Duration::from_secs(3600);
+    let n = 20_000;
+    let mut before = Vec::with_capacity(n);
+    let mut handles = Vec::with_capacity(n);
+    for _ in 0..n {
+        before.push(timer.now());
+        handles.push(timer.new_timeout(delay, |_| {})?);
+    }
+    let (tx, rx) = mpsc::channel();
+    timer.new_timeout(Duration::ZERO, move |_| {
+        let _ = tx.send(());
+    })?;
+    rx.recv_timeout(Duration::from_secs(30))?;
+    for (i, (t, &b)) in handles.iter().zip(&before).enumerate() {
+        assert!(
+            t.deadline() >= b + delay,
+            "timeout {i}: deadline {:?} is before {b:?} + {delay:?}",
+            t.deadline()
+        );
+    }
+    timer.stop()?;
+    Ok(())
+}
+
+// Issue 32, the lateness tail: the worker on the system clock asks Linux
+// for 1 ns of timer slack (the default 50 µs lets every timed wake-up at a
+// tick end come up to 50 µs late). Read back from /proc for the worker's
+// thread, found by its name.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_worker_on_the_system_clock_runs_with_one_nanosecond_of_timer_slack() -> TestResult {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .thread_name("slack-probe")
+        .build()?;
+    timer.start()?;
+    let mut slack = None;
+    for task in fs::read_dir("/proc/self/task")? {
+        let task = task?;
+        let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "slack-probe" {
+            let tid = task.file_name();
+            let path = format!("/proc/{}/timerslack_ns", tid.to_string_lossy());
+            slack = Some(fs::read_to_string(path)?.trim().parse::<u64>()?);
+        }
+    }
+    assert_eq!(slack, Some(1), "the worker thread's timer slack");
+    timer.stop()?;
+    Ok(())
+}

@@ -44,6 +44,14 @@ pub(crate) mod sealed {
         /// asks to return as close after `deadline` as the clock allows
         /// (timeouts fall due then), at some CPU cost.
         fn park(&self, parker: &Parker, deadline: Option<Duration>, precise: bool);
+
+        /// Whether a reading costs enough (a system call's worth) that a
+        /// thread scheduling in a tight loop should read the clock for only
+        /// some of its timeouts and leave the others' deadlines to a later
+        /// reading (`entry.rs`, `handle.rs`). False by default.
+        fn defers_readings(&self) -> bool {
+            false
+        }
     }
 }
 
@@ -145,12 +153,40 @@ impl Clock for SystemClock {
 }
 
 /// How long before a precise deadline [`SystemClock`] stops sleeping and
-/// starts yielding until the deadline.
-const PRECISE_SPIN: Duration = Duration::from_micros(200);
+/// spins (reading the clock) until the deadline.
+const PRECISE_SPIN: Duration = Duration::from_micros(50);
 
 impl sealed::Sealed for SystemClock {
-    fn attach(&self, _parker: &Parker) {}
+    /// The worker's timed sleeps end where timeouts fall due: their
+    /// lateness is the sleep's overshoot. Linux lets a timed wait end up to
+    /// the thread's timer slack late (50 µs by default, so that wake-ups can
+    /// be batched); the worker asks for 1 ns (`PR_SET_TIMERSLACK`, its
+    /// thread only).
+    fn attach(&self, _parker: &Parker) {
+        #[cfg(all(target_os = "linux", not(miri)))]
+        // SAFETY: `prctl(PR_SET_TIMERSLACK)` sets a number in the calling
+        // thread's kernel state and touches no memory of ours. A failure
+        // only leaves the default slack.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+        }
+    }
 
+    /// `Instant::now()` is a `clock_gettime` (a vDSO call that orders the
+    /// counter read: 35–40 ns on the project's VM, more than the rest of
+    /// `new_timeout`).
+    fn defers_readings(&self) -> bool {
+        true
+    }
+
+    /// A timed wait on the parker's condition variable (a futex), which a
+    /// producer's `unpark` ends early. Even with 1 ns of slack the wake-up
+    /// comes some tens of microseconds late (the timer interrupt, the
+    /// scheduler, the VM), so a precise one ends the wait [`PRECISE_SPIN`]
+    /// early and spins on the clock for the rest, without yielding: a
+    /// yield gives the CPU away for a whole time slice when another thread
+    /// wants it, milliseconds on a busy machine. (See README, "The worker's
+    /// wake-up", for the measurements behind the choice.)
     fn park(&self, parker: &Parker, deadline: Option<Duration>, precise: bool) {
         let inner = &parker.inner;
         let mut st = inner.state.lock();
@@ -161,10 +197,6 @@ impl sealed::Sealed for SystemClock {
                     inner.cv.wait(&mut st);
                 }
                 Some(target) => {
-                    // A timed wait overshoots by the kernel's timer slack
-                    // and the scheduler's latency (tens of microseconds,
-                    // often more on a busy VM). For a precise wake-up, wait
-                    // until a little before and yield the rest.
                     let wait_until = if precise {
                         target.checked_sub(PRECISE_SPIN).unwrap_or(target)
                     } else {
@@ -180,7 +212,7 @@ impl sealed::Sealed for SystemClock {
         drop(st);
         if let (true, false, Some(target)) = (precise, notified, target) {
             while Instant::now() < target {
-                std::thread::yield_now();
+                std::hint::spin_loop();
             }
         }
     }
@@ -223,6 +255,8 @@ struct ManualInner {
     /// Nanoseconds since the origin.
     now: AtomicU64,
     sleepers: Mutex<Vec<Weak<ParkerInner>>>,
+    /// Tests only: deadlines wait for readings as on the system clock.
+    defers: bool,
 }
 
 /// How long [`ManualClock::advance`] waits for a worker that does not go
@@ -234,6 +268,18 @@ impl ManualClock {
     /// A clock reading zero.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A clock reading zero on which deadlines wait for readings as on the
+    /// system clock (unit tests of that path).
+    #[cfg(test)]
+    pub(crate) fn deferring() -> Self {
+        ManualClock {
+            inner: Arc::new(ManualInner {
+                defers: true,
+                ..ManualInner::default()
+            }),
+        }
     }
 
     /// Moves time forward by `by`, then waits until every timer worker on
@@ -295,6 +341,10 @@ impl Clock for ManualClock {
 }
 
 impl sealed::Sealed for ManualClock {
+    fn defers_readings(&self) -> bool {
+        self.inner.defers
+    }
+
     fn attach(&self, parker: &Parker) {
         self.inner
             .sleepers

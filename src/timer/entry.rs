@@ -8,9 +8,20 @@
 //!   word      u32   state (2 bits: INIT, CANCELLED, EXPIRED) | references << 2
 //!   pos       u32   where the worker put it in the wheel (worker only)
 //!   vtable    ptr   how to run or drop the task in `task`
-//!   deadline  u64   ns on the timer's clock (immutable while allocated)
+//!   deadline  u64   ns on the timer's clock, or the delay it is still to be
+//!                   added to ("unresolved": set once, then immutable)
 //!   task      16 B  the task itself if it fits (size ≤ 16, align ≤ 8), else a Box of it
 //! ```
+//!
+//! A deadline is the delay added to a clock reading taken no earlier than
+//! the `new_timeout` call. Usually that is the call's own reading. A thread
+//! scheduling in a tight loop reads the clock for only some of its calls
+//! (`handle.rs`): the others leave the delay in the slot, *unresolved*,
+//! and the first reading taken after them resolves it (the thread's next
+//! time mark in its ring, or the worker's reading once it has claimed the
+//! entry; see `worker.rs`), or the handle's own reading if `deadline()` is
+//! asked first. Resolving is one compare-and-swap from the unresolved
+//! value, so every reader sees the one deadline the timeout fires by.
 //!
 //! Forty bytes. The state moves only `INIT → CANCELLED` (a successful
 //! `cancel`) or `INIT → EXPIRED` (the worker, before it runs the task): a
@@ -32,7 +43,7 @@ use std::mem::{MaybeUninit, size_of};
 use std::ptr::{self, NonNull};
 use std::time::Duration;
 
-use super::sync::{AtomicU32, Ordering, UnsafeCell, fence};
+use super::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell, fence};
 use super::wheel::{NOT_PLACED, Placed};
 
 pub(crate) const ST_INIT: u32 = 0;
@@ -43,9 +54,14 @@ const STATE_MASK: u32 = 3;
 /// One reference in the state word.
 pub(crate) const REF: u32 = 4;
 
-/// References above this abort the process (as `Arc` does): only leaking
-/// hundreds of millions of clones of one handle gets there.
-const MAX_REFS: u32 = u32::MAX / 2;
+/// References at or above this abort the process (as `Arc`'s overflow
+/// does): only leaking hundreds of millions of clones of one handle gets
+/// there. The word counts up to `2^30 - 1`; half of that is the bound, so
+/// that increments racing one another's check (each aborts after its own
+/// `fetch_add`) cannot carry the count past what it holds, and the count
+/// never wraps (a wrapped count would let a handle's drop free a slot the
+/// wheel and other handles still point at).
+pub(crate) const MAX_REFS: u32 = (u32::MAX / REF) / 2;
 
 /// Bytes of a task stored in the slot itself; larger tasks are boxed.
 pub(crate) const INLINE_TASK: usize = 16;
@@ -69,8 +85,55 @@ pub(crate) struct Slot {
     word: AtomicU32,
     pos: UnsafeCell<u32>,
     vtable: UnsafeCell<*const TaskVTable>,
-    deadline: UnsafeCell<u64>,
+    deadline: AtomicU64,
     task: UnsafeCell<TaskArea>,
+}
+
+/// Marks a deadline field that holds a delay still to be added to a
+/// reading (bit 63). On a timer whose clock lets deadlines wait for a
+/// reading (`Clock::amortized`), resolved deadlines are below 2^63, or
+/// [`NEVER`] (see [`deadline_after`]), so the two never meet; on the others
+/// (a `ManualClock`) nothing is ever unresolved and deadlines take the
+/// whole range.
+const UNRESOLVED: u64 = 1 << 63;
+
+/// Delays below this may be left unresolved (2^62 ns, 146 years), so that
+/// an unresolved value never equals `NEVER`.
+pub(crate) const MAX_UNRESOLVED_DELAY: u64 = 1 << 62;
+
+/// The deadline meaning "never" (a delay too large to represent).
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// The deadline field of a timeout whose delay is `delay` ns (below
+/// [`MAX_UNRESOLVED_DELAY`]), to be resolved by a later reading.
+pub(crate) fn unresolved(delay: u64) -> u64 {
+    debug_assert!(delay < MAX_UNRESOLVED_DELAY);
+    UNRESOLVED | delay
+}
+
+fn is_unresolved(value: u64) -> bool {
+    value >> 62 == 0b10
+}
+
+/// An unresolved delay added to `reading`: a deadline below 2^63, or
+/// `NEVER` past it (never early: at worst it never fires, as a delay too
+/// large to represent).
+fn resolved(value: u64, reading: u64) -> u64 {
+    match reading.checked_add(value & !UNRESOLVED) {
+        Some(d) if d < UNRESOLVED => d,
+        _ => NEVER,
+    }
+}
+
+/// A deadline `delay` after `reading` on a timer that defers readings: a
+/// resolved deadline never has bit 63 set unless it is `NEVER`, so that it
+/// cannot be taken for an unresolved one (a deadline 2^63 ns, 292 years,
+/// past the clock's origin counts as never).
+pub(crate) fn deadline_after(reading: u64, delay: u64) -> u64 {
+    match reading.checked_add(delay) {
+        Some(d) if d < UNRESOLVED => d,
+        _ => NEVER,
+    }
 }
 
 #[cfg(not(redwheel_loom))]
@@ -125,7 +188,7 @@ pub(crate) unsafe fn init(
     unsafe {
         ptr::addr_of_mut!((*s).word).write(AtomicU32::new(ST_INIT | (refs * REF)));
         ptr::addr_of_mut!((*s).pos).write(UnsafeCell::new(NOT_PLACED));
-        ptr::addr_of_mut!((*s).deadline).write(UnsafeCell::new(deadline));
+        ptr::addr_of_mut!((*s).deadline).write(AtomicU64::new(deadline));
         ptr::addr_of_mut!((*s).vtable).write(UnsafeCell::new(vtable as *const TaskVTable));
         ptr::addr_of_mut!((*s).task).write(UnsafeCell::new(area));
     }
@@ -168,9 +231,56 @@ impl SlotRef {
         self.state() == ST_CANCELLED
     }
 
+    /// The references counted now.
+    pub(crate) fn refs(&self) -> u32 {
+        refs(self.word())
+    }
+
+    /// `INIT → CANCELLED` with two references, one of which (the entry the
+    /// caller took back out of its ring) goes: for a timeout nobody else
+    /// can reach (the caller holds its only handle, and the worker never
+    /// saw it), so a plain store does. The caller then drops the task.
+    pub(crate) fn cancel_alone(&self) {
+        debug_assert_eq!(self.word(), ST_INIT | (2 * REF));
+        self.slot()
+            .word
+            .store(ST_CANCELLED | REF, Ordering::Relaxed);
+    }
+
+    /// The deadline field: for the worker, resolved when it claimed the
+    /// timeout (`resolve`), immutable since.
     pub(crate) fn deadline(&self) -> u64 {
-        // SAFETY: written at init, immutable while the slot is live.
-        self.slot().deadline.with(|d| unsafe { *d })
+        self.slot().deadline.load(Ordering::Relaxed)
+    }
+
+    /// The deadline if it is resolved, on a timer that defers readings
+    /// (elsewhere every deadline is).
+    pub(crate) fn resolved_deadline(&self) -> Option<u64> {
+        let d = self.deadline();
+        (!is_unresolved(d)).then_some(d)
+    }
+
+    /// Resolves the deadline with `reading` (taken no earlier than the
+    /// `new_timeout` call) if it is still unresolved, and returns it: on a
+    /// timer that defers readings only. Whoever resolves first sets it for
+    /// good. The caller holds a reference; when it is the only one (no
+    /// handle is left, and none can appear), no other thread reads or writes
+    /// the field, and a plain store does.
+    pub(crate) fn resolve(&self, reading: u64) -> u64 {
+        let field = &self.slot().deadline;
+        let mut d = field.load(Ordering::Relaxed);
+        while is_unresolved(d) {
+            let new = resolved(d, reading);
+            if refs(self.word()) == 1 {
+                field.store(new, Ordering::Relaxed);
+                return new;
+            }
+            match field.compare_exchange_weak(d, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return new,
+                Err(actual) => d = actual,
+            }
+        }
+        d
     }
 
     /// Worker only.
@@ -295,7 +405,7 @@ impl SlotRef {
         s.task.with_mut(|area| unsafe { ((*vtable).drop)(area) });
     }
 
-    /// The deadline as a `Duration`.
+    /// The deadline as a `Duration`, for the worker (resolved).
     pub(crate) fn deadline_duration(&self) -> Duration {
         Duration::from_nanos(self.deadline())
     }

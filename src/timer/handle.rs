@@ -12,11 +12,11 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Condvar;
 
 use super::clock::{Clock, Parker, SystemClock, nanos};
-use super::entry::SlotRef;
+use super::entry::{self, MAX_UNRESOLVED_DELAY, SlotRef};
 use super::local;
 use super::pool::release;
 use super::producer::{Producer, Registry};
-use super::ring::{Pushed, entry_of};
+use super::ring::{MAX_MARK, Pushed, entry_of, time_entry};
 use super::shared::{
     DOZE_AWAKE, LIVE_TIMERS, START_UNSET, Shared, WORKER_INIT, WORKER_SHUTDOWN, WORKER_STARTED,
 };
@@ -122,6 +122,7 @@ impl Builder {
     /// Checks the arguments and builds the timer. Its thread starts with the
     /// first timeout.
     pub fn build(self) -> Result<HashedWheelTimer, TimerError> {
+        super::sync::init_fences();
         if self.tick.is_zero() {
             return Err(TimerError::InvalidArgument {
                 name: "tick_duration",
@@ -168,6 +169,7 @@ impl Builder {
             });
         }
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let defers_readings = clock.defers_readings();
         let shared = Arc::new(Shared {
             state: AtomicU8::new(WORKER_INIT),
             start_ns: AtomicU64::new(START_UNSET),
@@ -183,6 +185,7 @@ impl Builder {
             tick_ns,
             wheel_len,
             clock,
+            defers_readings,
             doze: AtomicU64::new(DOZE_AWAKE),
             parker: Parker::default(),
             worker: Mutex::new(None),
@@ -403,8 +406,6 @@ fn new_timeout<F: TimerTask>(
         shared.unreserve(1);
         return Err(e);
     }
-    let now = nanos(shared.clock.now());
-    let deadline = now.saturating_add(nanos(delay));
     let key = Arc::as_ptr(shared).addr();
     let Some(mine) = local::mine(key, || shared.register()) else {
         // The worker is gone: `stop()` ran.
@@ -418,11 +419,36 @@ fn new_timeout<F: TimerTask>(
         return Err(TimerError::Stopped);
     };
     let slot = SlotRef(slot);
+    let delay = nanos(delay);
+    // The deadline: the delay after a reading taken now, or (in a tight
+    // loop) after one taken a little later (see `entry.rs`).
+    let deferred = shared.defers_readings
+        && delay < MAX_UNRESOLVED_DELAY
+        // SAFETY: this thread's producer.
+        && unsafe { mine.ring.may_defer() };
+    let deadline = if deferred {
+        entry::unresolved(delay)
+    } else if shared.defers_readings {
+        entry::deadline_after(nanos(shared.clock.now()), delay)
+    } else {
+        nanos(shared.clock.now()).saturating_add(delay)
+    };
     // Two references: the handle and the ring entry.
     // SAFETY: the slot is fresh and ours.
     unsafe { init_slot(slot.0, deadline, 2, task) };
     // SAFETY: this thread's producer.
-    let pushed = unsafe { mine.ring.push(entry_of(slot, false), true) };
+    let pushed = unsafe { mine.ring.push(entry_of(slot, false, deferred), true) };
+    // SAFETY: as above.
+    if deferred && pushed != Pushed::Closed && unsafe { mine.ring.mark_due() } {
+        // A reading taken after the deferred timeouts' pushes resolves them.
+        let reading = nanos(shared.clock.now());
+        if reading <= MAX_MARK {
+            // SAFETY: as above.
+            if unsafe { mine.ring.push(time_entry(reading), false) } == Pushed::QueuedWake {
+                shared.wake();
+            }
+        }
+    }
     drop(mine);
     match pushed {
         Pushed::Queued => {}

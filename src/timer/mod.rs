@@ -54,10 +54,22 @@
 //! files above, `tests.rs` (across layers), `loom.rs` (model checks), and
 //! `test_support.rs` (what the last two share).
 //!
-//! The fast path, per `new_timeout`: one clock read (`Instant`), a
-//! 40-byte slot taken from the calling thread's own pool
-//! (no lock, no allocator call), and a push onto the calling thread's own
-//! ring, whose one read-modify-write also tells whether the worker sleeps.
+//! The fast path, per `new_timeout`: a 40-byte slot taken from the
+//! calling thread's own pool (no lock, no allocator call), its deadline,
+//! and a push onto the calling thread's own ring, whose one
+//! read-modify-write also tells whether the worker sleeps. The deadline is
+//! the delay after a clock reading (`Instant`: a `clock_gettime`, 35–40 ns
+//! here, more than all the rest) taken no earlier than the call: the call's
+//! own, except in a tight loop, where a thread's first 64 timeouts after
+//! each claim of the worker read the clock and later ones leave the delay
+//! in the slot for the first reading taken after their push (a time mark
+//! the thread pushes after every 16 of them, the worker's own when it
+//! claims them, or the handle's if `deadline()` is asked first; `entry.rs`).
+//! Such a deadline is later than the call's own reading by at most 16
+//! calls, or by the wait for the worker's claim for the last few of a
+//! burst (its end of tick). Cancelling the timeout this thread pushed last,
+//! before the worker claimed it, takes it back out of the ring, and when
+//! no other handle exists needs no compare-and-swap on the slot.
 //! The handle is a pointer to the slot, whose one word holds both the
 //! state and a reference count; dropping a handle is one
 //! read-modify-write (none when it is the last reference). Netty uses one
@@ -75,11 +87,15 @@
 //! CPU.
 //!
 //! When timeouts fall due at the end of the tick it waits for, the worker
-//! (on the real clock) sleeps until 0.2 ms before that instant and yields
-//! the CPU in a loop for the rest: a timed sleep alone overshoots by the
-//! kernel's timer slack and scheduling latency, which would add to every
-//! timeout's lateness. That costs up to a fifth of a core while timeouts
-//! fall due every millisecond, and nothing while none are due.
+//! (on the real clock) sleeps until 50 µs before that instant, with 1 ns of
+//! timer slack (Linux's default 50 µs would let every wake-up come that
+//! late), and spins on the clock, without yielding, for the rest: a timed
+//! sleep alone overshoots by the scheduler's and the VM's latency, which
+//! would add to every timeout's lateness. That costs about 5 % of a core
+//! while timeouts fall due every millisecond, and nothing while none are
+//! due. (It used to sleep until 0.2 ms before and yield in a loop: a fifth
+//! of a core, and a yield on a busy machine gives the CPU away for a whole
+//! time slice, milliseconds late.)
 //!
 //! # Where redwheel differs from Netty
 //!

@@ -11,16 +11,23 @@
 //! owner takes that whole list in one swap when its own runs dry. Chunks
 //! live as long as the pool: when the owning thread leaves it (or its timer
 //! is stopped or gone) the pool closes, and the last slot freed after that
-//! frees the chunks and lets go of the owner, which the chunks kept alive.
+//! frees the chunks (into a process-wide cache of blocks for the next
+//! pools, `pool/blocks.rs`) and lets go of the owner, which the chunks kept
+//! alive.
 //!
 //! This layer knows its owner only as an address and two functions (hold
 //! and let go of it), given at [`Pool::new`].
 
-use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+use std::alloc::Layout;
 use std::mem::{align_of, size_of};
 use std::ptr::{self, NonNull};
 
 use super::entry::{Slot, SlotRef, link_of, set_link};
+
+mod blocks;
+
+#[cfg(all(test, not(redwheel_loom)))]
+pub(crate) use self::blocks::{CACHE_BYTES, cached_bytes};
 use super::sync::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, UnsafeCell, fence, thread_id};
 
 /// Bytes of a chunk; also its alignment, so that a slot's chunk is its
@@ -325,8 +332,9 @@ impl Pool {
             unsafe { (*c.as_ptr()).owner }
         });
         for (c, n) in chunks {
-            // SAFETY: allocated by `new_block` with this layout.
-            unsafe { dealloc(c.as_ptr().cast(), block_layout(n)) };
+            // SAFETY: taken by `new_block` with this layout; nothing refers
+            // to its slots any more.
+            unsafe { blocks::give_back(c.cast(), block_layout(n), CHUNK) };
         }
         if let Some(owner) = owner {
             // SAFETY: the chunks held one reference to the owner, taken in
@@ -353,12 +361,7 @@ fn new_block(pool: &Pool, owner: *const ()) -> (*mut Chunk, usize) {
         unsafe { (*c).len() }
     });
     let n = (1usize << blocks.min(4)).min(MAX_BLOCK);
-    let layout = block_layout(n);
-    // SAFETY: the layout has a non-zero size.
-    let block = unsafe { alloc(layout) }.cast::<Chunk>();
-    let Some(block) = NonNull::new(block) else {
-        handle_alloc_error(layout)
-    };
+    let block = blocks::take(block_layout(n), CHUNK).cast::<Chunk>();
     pool.chunks.with_mut(|c| {
         // SAFETY: owner thread only (the caller, `alloc`).
         unsafe { (*c).push((block, n)) };

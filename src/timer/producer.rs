@@ -41,6 +41,10 @@ pub(crate) trait TimerLink: Send + Sync {
     /// Counts out `n` timeouts from a thread other than the running worker
     /// (the worker is gone, so nobody else will).
     fn count_out_elsewhere(&self, n: u64);
+
+    /// A reading of the timer's clock, in ns (to resolve a deferred
+    /// deadline: `entry.rs`).
+    fn now(&self) -> u64;
 }
 
 /// A thread's way into one timer: see the module docs.
@@ -51,16 +55,20 @@ pub(crate) struct Producer {
     orphaned: AtomicBool,
     /// The timer; its address is the key the thread-local lists use.
     pub(crate) timer: Weak<dyn TimerLink>,
+    /// The timer's clock defers readings: its timeouts' deadlines may be
+    /// unresolved (`entry.rs`).
+    pub(crate) defers_readings: bool,
 }
 
 impl Producer {
     /// A producer for the calling thread on `timer`.
-    pub(crate) fn new(timer: Weak<dyn TimerLink>) -> Self {
+    pub(crate) fn new(timer: Weak<dyn TimerLink>, defers_readings: bool) -> Self {
         Producer {
             ring: Ring::new(),
             pool: Pool::new(thread_id(), hold, let_go),
             orphaned: AtomicBool::new(false),
             timer,
+            defers_readings,
         }
     }
 
@@ -75,8 +83,11 @@ impl Producer {
             }
             fn wake(&self) {}
             fn count_out_elsewhere(&self, _: u64) {}
+            fn now(&self) -> u64 {
+                0
+            }
         }
-        Producer::new(Weak::<NoTimer>::new())
+        Producer::new(Weak::<NoTimer>::new(), false)
     }
 
     /// The key of this producer's timer in thread-local lists: its address.

@@ -1,59 +1,83 @@
 //! The ring: how new timeouts and cancellations travel from one thread to
-//! the worker, without a lock and with one read-modify-write per push.
+//! the worker, without a lock and without a read-modify-write per push.
 //!
 //! A [`Ring`] has one producing thread and one consuming thread (the
-//! worker). An entry is a slot pointer (`entry.rs`): a new timeout, or
-//! (low bit set) a cancellation. Entries go into segments of [`SEG`] words
-//! linked front to back; the producing thread writes at the back, the
-//! worker reads at the front and hands emptied segments back for reuse.
-//! One word, `state`, orders them:
+//! worker). An entry is a slot pointer (`entry.rs`), its two low bits
+//! saying what for: a new timeout (its deadline resolved, or *deferred*:
+//! waiting for a reading, see `entry.rs`) or a cancellation; or, with
+//! no slot, a *time mark*: a clock reading the producing thread took after
+//! every entry before it, which resolves the deferred deadlines among them.
+//! Entries go into the cells of segments of [`SEG`] linked front to back;
+//! the producing thread writes at the back, the worker reads at the front
+//! and hands emptied segments back for reuse. Two words order them, each
+//! written by one side only:
 //!
 //! ```text
-//!   bits 32..64  P: entries published (wrapping)
-//!   bits  0..16  U: timeouts taken back unseen since the last claim
-//!   bit  16      EPOCH: flipped by every claim
-//!   bit  17      DOZE: the worker sleeps and must be woken by a push
-//!   bit  18      CLOSED: the worker is gone; nothing more is read
+//!   prod  P: entries published (wrapping u32)            producer only
+//!   cons  bits  0..32  claims that took something (wrapping)  worker only
+//!         bit  32      DOZE: the worker sleeps and must be woken by a push
+//!         bit  33      CLOSED: the worker is gone; nothing more is read
+//!         bits 34..64  dozes (wrapping), so that each doze gets one wake-up
 //! ```
 //!
-//! * **push** (producer): write the entry, then `fetch_add(P + 1)` — the
-//!   one read-modify-write of a push. Its result says whether the worker
-//!   dozes (`DOZE`: wake it) or is gone (`CLOSED`: the entry is refused).
-//! * **claim** (worker): a compare-and-swap that takes `P` and `U`, resets
-//!   `U` and flips `EPOCH`; then the entries up to `P` are the worker's.
-//! * **unpublish** (producer, cancelling the timeout it pushed last): a
-//!   compare-and-swap from the very word its push produced to `P - 1, U +
-//!   1`. It fails if anything happened since (a claim flips `EPOCH`), so an
-//!   entry is either claimed by the worker or taken back, never both. A
-//!   timeout taken back is counted out by the worker through `U` at its next
-//!   claim, at the tick boundary, like any cancellation.
-//! * **arm** (worker, before dozing): sets `DOZE` with a compare-and-swap
-//!   from a word with nothing unclaimed; a push in between makes it fail.
-//!   Push and arm modify the same word, so one of them sees the other: no
-//!   wake-up is missed, and a push needs no fence of its own.
-//! * **close** (worker, at exit): `fetch_or(CLOSED)`; the `P` it returns is
-//!   the last entry the worker reads. A later push sees `CLOSED` and takes
-//!   its entry back.
+//! * **push** (producer): write the entry into its cell, store `P + 1`,
+//!   then (past a light fence) load `cons`: `DOZE` means wake the worker,
+//!   `CLOSED` that the entry may be refused. No read-modify-write.
+//! * **claim** (worker): load `P`; the cells up to it are the worker's. It
+//!   reads them with plain loads, except the last one, which it swaps out
+//!   (for `CLAIMED`): the one cell a take-back may race for.
+//! * **take back** (producer, cancelling the timeout it pushed last): a
+//!   compare-and-swap of that cell from the entry to `TAKEN`. It fails if
+//!   the worker swapped it out first, so an entry is either claimed by the
+//!   worker or taken back, never both. The worker counts a `TAKEN` cell out
+//!   when it reaches it, at its next claim, like any cancellation.
+//! * **arm** (worker, before dozing): sets `DOZE` in every ring's `cons`,
+//!   then runs the heavy side of the fence once, then checks every `P`:
+//!   anything unclaimed and it stays up. Of a push and the arming, at least
+//!   one sees the other's store (`sync::light_fence`, `heavy_fence`: a
+//!   compiler fence against Linux's `membarrier`, or two full fences): no
+//!   wake-up is missed, and a push pays no fence instruction.
+//! * **close** (worker, at exit): sets `CLOSED`, fences (heavy), loads
+//!   `P`: the last entry the worker reads (swapping the last cell out). A
+//!   push that sees `CLOSED` tries to swap its entry out of its cell for
+//!   `REFUSED`: if it does, the worker never had it and the entry is the
+//!   caller's; if not, the closing worker took it.
 //!
 //! # Ground rules
 //!
 //! * `local` belongs to the producing thread, `side` to the worker thread;
-//!   everything they share goes through `state` (release on push and
-//!   unpublish, acquire on claim) or the segment hand-back (`spare`).
-//! * Every entry holds one reference to its slot; whoever takes the entry
-//!   (the worker, or the producer that takes it back) takes the reference.
+//!   everything they share goes through `prod` (release on push, acquire on
+//!   claim), the last cell of a claim, `cons`, or the segment hand-back
+//!   (`spare`). A cell before the last of a claim cannot be taken back any
+//!   more (only the producer's latest entry can): the push that followed
+//!   it, published to the worker, orders any take-back of it before the
+//!   claim's reads.
+//! * Every entry but a time mark holds one reference to its slot; whoever
+//!   takes the entry (the worker, or the producer that takes it back) takes
+//!   the reference.
+//! * The producing thread tells from `cons`'s claim count whether the
+//!   worker claimed since its own last look: the first
+//!   [`PRECISE_PER_CLAIM`] new timeouts after each claim read the clock
+//!   themselves, later ones may be deferred, with a time mark after every
+//!   [`MARK_EVERY`] of them ([`Ring::may_defer`], [`Ring::mark_due`]).
 //! * Timeouts are counted twice: `added` by the producing thread (before
 //!   the push that publishes them, so `pending_timeouts` never misses one),
 //!   and `accepted` by the worker as it claims them (exact once the ring is
 //!   closed, when `added` may still hold the passing count of a push about
 //!   to be refused).
 
-use std::ptr::{self, NonNull};
+use std::ptr;
 
 use crossbeam_utils::CachePadded;
 
-use super::entry::{Slot, SlotRef};
-use super::sync::{AtomicPtr, AtomicU64, Ordering, UnsafeCell};
+use self::entries::{
+    CLAIMED, KIND_MASK, NEW, NEW_DEFERRED, REFUSED, TAKEN, TIME, same_new, sentinel,
+};
+pub(crate) use self::entries::{Entry, Item, MAX_MARK, entry_of, item_of, time_entry};
+use super::entry::Slot;
+use super::sync::{AtomicPtr, AtomicU64, Ordering, UnsafeCell, heavy_fence, light_fence};
+
+mod entries;
 
 /// Entries per ring segment.
 #[cfg(not(redwheel_loom))]
@@ -62,37 +86,38 @@ pub(crate) const SEG: usize = 512;
 #[cfg(redwheel_loom)]
 pub(crate) const SEG: usize = 2;
 
-const P_SHIFT: u32 = 32;
-const P_ONE: u64 = 1 << P_SHIFT;
-const U_MASK: u64 = 0xFFFF;
-const EPOCH: u64 = 1 << 16;
-const DOZE: u64 = 1 << 17;
-const CLOSED: u64 = 1 << 18;
+const CLAIMS: u64 = 0xFFFF_FFFF;
+const DOZE: u64 = 1 << 32;
+const CLOSED: u64 = 1 << 33;
+const DOZE_ONE: u64 = 1 << 34;
 
-/// The tag of a cancellation entry (slot addresses are 8-aligned).
-const CANCEL_TAG: usize = 1;
+/// New timeouts after each claim that read the clock themselves (see the
+/// ground rules): a thread scheduling fewer per tick never defers one.
+#[cfg(not(redwheel_loom))]
+pub(crate) const PRECISE_PER_CLAIM: u32 = 64;
+/// (Small under loom, so that the models defer.)
+#[cfg(redwheel_loom)]
+pub(crate) const PRECISE_PER_CLAIM: u32 = 1;
 
-/// A ring entry: a slot pointer, tagged with `CANCEL_TAG` for a
-/// cancellation (a pointer, so that it keeps its provenance).
-pub(crate) type Entry = *mut Slot;
+/// Deferred new timeouts between two time marks.
+#[cfg(not(redwheel_loom))]
+pub(crate) const MARK_EVERY: u32 = 16;
+/// (Small under loom.)
+#[cfg(redwheel_loom)]
+pub(crate) const MARK_EVERY: u32 = 1;
 
-fn published(w: u64) -> u32 {
-    (w >> P_SHIFT) as u32
-}
-
-fn unseen(w: u64) -> u32 {
-    (w & U_MASK) as u32
-}
+/// One entry's place in a segment.
+type Cell = AtomicPtr<Slot>;
 
 struct Segment {
-    entries: [UnsafeCell<Entry>; SEG],
+    entries: [Cell; SEG],
     next: UnsafeCell<*mut Segment>,
 }
 
 impl Segment {
     fn alloc() -> *mut Segment {
         Box::into_raw(Box::new(Segment {
-            entries: std::array::from_fn(|_| UnsafeCell::new(ptr::null_mut())),
+            entries: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             next: UnsafeCell::new(ptr::null_mut()),
         }))
     }
@@ -118,7 +143,10 @@ pub(crate) enum Pushed {
 
 /// A single-producer, single-consumer ring of entries: see the module docs.
 pub(crate) struct Ring {
-    state: CachePadded<AtomicU64>,
+    /// Entries published (the producer's only shared write).
+    prod: CachePadded<AtomicU64>,
+    /// The worker's word (see the module docs).
+    cons: CachePadded<AtomicU64>,
     /// Timeouts accepted through this producer (written by its thread
     /// only, before the push that publishes them).
     added: AtomicU64,
@@ -134,12 +162,23 @@ struct Local {
     tail: *mut Segment,
     /// Entry number of `tail`'s first entry.
     tail_base: u32,
-    /// Entries pushed (the producer's own count of `P`).
+    /// Entries pushed (`P`).
     pushed: u32,
-    /// `state` as the last push or unpublish left it (0: unknown).
-    last_state: u64,
-    /// The entry pushed last, while it can still be taken back (null: none).
+    /// The entry pushed last and its cell, while it can still be taken back
+    /// (null: none).
     last_entry: Entry,
+    last_cell: *const Cell,
+    /// `cons`'s claim count as last seen.
+    claims: u64,
+    /// `cons` when this thread last asked for a wake-up (one per doze).
+    woke: u64,
+    /// New timeouts pushed since the worker's last claim (as far as this
+    /// thread has seen it).
+    news_since_claim: u32,
+    /// Deferred new timeouts pushed since the last time mark (and not taken
+    /// back), and whether the last push was one of them.
+    unmarked: u32,
+    last_deferred: bool,
     /// Segments taken from `spare`, linked through `next`.
     spares: *mut Segment,
 }
@@ -151,8 +190,8 @@ struct Side {
     /// Entries claimed and read.
     claimed: u32,
     /// Timeouts the worker has seen accepted here: new-timeout entries
-    /// claimed, plus those taken back (`U`). Once the ring is closed, or
-    /// its thread left it and everything was claimed, this is the
+    /// claimed, plus those taken back (`TAKEN` cells). Once the ring is
+    /// closed, or its thread left it and everything was claimed, this is the
     /// producer's final `added`, read coherently with the close (`added`
     /// itself may still hold the passing count of a push that is about to
     /// find the ring closed and take it back).
@@ -167,23 +206,35 @@ unsafe impl Sync for Ring {}
 
 impl Ring {
     pub(crate) fn new() -> Self {
+        Ring::counted_from(0)
+    }
+
+    /// A ring whose entry counts start at `n`, as if `n` entries had been
+    /// pushed and claimed (tests start near the counts' wrap).
+    fn counted_from(n: u32) -> Self {
         let seg = Segment::alloc();
         Ring {
-            state: CachePadded::new(AtomicU64::new(0)),
+            prod: CachePadded::new(AtomicU64::new(u64::from(n))),
+            cons: CachePadded::new(AtomicU64::new(0)),
             added: AtomicU64::new(0),
             spare: AtomicPtr::new(ptr::null_mut()),
             local: UnsafeCell::new(Local {
                 tail: seg,
-                tail_base: 0,
-                pushed: 0,
-                last_state: 0,
+                tail_base: n,
+                pushed: n,
                 last_entry: ptr::null_mut(),
+                last_cell: ptr::null(),
+                claims: 0,
+                woke: u64::MAX,
+                news_since_claim: 0,
+                unmarked: 0,
+                last_deferred: false,
                 spares: ptr::null_mut(),
             }),
             side: UnsafeCell::new(Side {
                 head: seg,
-                head_base: 0,
-                claimed: 0,
+                head_base: n,
+                claimed: n,
                 accepted: 0,
             }),
         }
@@ -196,8 +247,8 @@ impl Ring {
     }
 
     /// Producer: queues `entry`; `counted` for a new timeout (it counts as
-    /// pending from now on), not for a cancellation. On `Closed` the entry
-    /// (and its reference) stays the caller's.
+    /// pending from now on), not for a cancellation or a time mark. On
+    /// `Closed` the entry (and its reference) stays the caller's.
     ///
     /// # Safety
     /// The producer's thread only.
@@ -214,33 +265,91 @@ impl Ring {
                 l.tail_base = l.pushed;
             }
             let offset = l.pushed.wrapping_sub(l.tail_base) as usize;
-            // SAFETY: the entry at `pushed` is unpublished, so ours.
-            unsafe { (*l.tail).entries[offset].with_mut(|e| *e = entry) };
+            // SAFETY: `tail` is a live segment of ours.
+            let cell: &Cell = unsafe { &(*l.tail).entries[offset] };
+            // The cell at `pushed` is unpublished, so ours.
+            cell.store(entry, Ordering::Relaxed);
             if counted {
                 let added = self.added.load(Ordering::Relaxed);
                 self.added.store(added + 1, Ordering::Relaxed);
             }
-            let before = self.state.fetch_add(P_ONE, Ordering::AcqRel);
-            if before & CLOSED != 0 {
+            l.pushed = l.pushed.wrapping_add(1);
+            self.prod.store(u64::from(l.pushed), Ordering::Release);
+            light_fence();
+            let c = self.cons.load(Ordering::Acquire);
+            if c & CLOSED != 0
+                && cell
+                    .compare_exchange(
+                        entry,
+                        sentinel(REFUSED),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                // The closing worker did not take it: it never will.
                 if counted {
                     let added = self.added.load(Ordering::Relaxed);
                     self.added.store(added - 1, Ordering::Relaxed);
                 }
                 l.last_entry = ptr::null_mut();
-                l.last_state = 0;
                 return Pushed::Closed;
             }
-            l.pushed = l.pushed.wrapping_add(1);
-            if before & DOZE != 0 {
-                self.state.fetch_and(!DOZE, Ordering::AcqRel);
-                l.last_entry = ptr::null_mut();
-                l.last_state = 0;
-                return Pushed::QueuedWake;
+            let kind = entry.addr() & KIND_MASK;
+            if c & CLAIMS != l.claims {
+                l.claims = c & CLAIMS;
+                l.news_since_claim = 0;
+            }
+            l.news_since_claim = l.news_since_claim.saturating_add(u32::from(counted));
+            l.last_deferred = kind == NEW_DEFERRED;
+            match kind {
+                NEW_DEFERRED => l.unmarked = l.unmarked.saturating_add(1),
+                TIME => l.unmarked = 0,
+                _ => {}
             }
             l.last_entry = entry;
-            l.last_state = before + P_ONE;
+            l.last_cell = cell;
+            if c & (DOZE | CLOSED) == DOZE && c != l.woke {
+                l.woke = c;
+                return Pushed::QueuedWake;
+            }
             Pushed::Queued
         })
+    }
+
+    /// Producer: whether a new timeout pushed next may defer its deadline:
+    /// the worker is awake, or this thread already asked it to wake up from
+    /// this doze, and this thread pushed [`PRECISE_PER_CLAIM`] new timeouts
+    /// since the worker's last claim. One load of `cons`. A stale load only
+    /// defers a timeout that might have read the clock: the deadline is
+    /// later, never earlier.
+    ///
+    /// # Safety
+    /// The producer's thread only.
+    #[inline]
+    pub(crate) unsafe fn may_defer(&self) -> bool {
+        let c = self.cons.load(Ordering::Relaxed);
+        self.local.with_mut(|l| {
+            // SAFETY: the producer's thread only, no other borrow is live.
+            let l = unsafe { &mut *l };
+            if c & CLAIMS != l.claims {
+                l.claims = c & CLAIMS;
+                l.news_since_claim = 0;
+            }
+            let awake = c & (DOZE | CLOSED) == 0 || c == l.woke;
+            awake && l.news_since_claim >= PRECISE_PER_CLAIM
+        })
+    }
+
+    /// Producer: whether [`MARK_EVERY`] deferred timeouts wait for a time
+    /// mark (the caller then reads the clock and pushes one).
+    ///
+    /// # Safety
+    /// The producer's thread only.
+    #[inline]
+    pub(crate) unsafe fn mark_due(&self) -> bool {
+        // SAFETY: the producer's thread only.
+        self.local.with(|l| unsafe { (*l).unmarked >= MARK_EVERY })
     }
 
     /// A segment to append: a spare one, or a new one.
@@ -270,11 +379,11 @@ impl Ring {
     pub(crate) unsafe fn pushed_last(&self, entry: Entry) -> bool {
         // SAFETY: the producer's thread only.
         self.local
-            .with(|l| unsafe { ptr::eq((*l).last_entry, entry) && (*l).last_state != 0 })
+            .with(|l| unsafe { same_new((*l).last_entry, entry) })
     }
 
     /// Producer: takes the last pushed entry back, if the worker has not
-    /// claimed it, and counts it for the worker to count out (`U`). True
+    /// claimed it: the worker counts it out when it reaches its cell. True
     /// if it was taken back (with its reference).
     ///
     /// # Safety
@@ -283,23 +392,21 @@ impl Ring {
         self.local.with_mut(|l| {
             // SAFETY: the producer's thread only.
             let l = unsafe { &mut *l };
-            let w = l.last_state;
-            if !ptr::eq(l.last_entry, entry) || w == 0 || w & U_MASK == U_MASK {
+            if !same_new(l.last_entry, entry) {
                 return false;
             }
-            l.last_entry = ptr::null_mut();
-            let taken = w - P_ONE + 1;
-            if self
-                .state
-                .compare_exchange(w, taken, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-            {
-                l.last_state = 0;
-                return false;
+            let last = std::mem::replace(&mut l.last_entry, ptr::null_mut());
+            // SAFETY: the cell of the last push lives in the tail segment,
+            // which the worker never hands back while it is the tail.
+            let cell = unsafe { &*l.last_cell };
+            let taken = cell
+                .compare_exchange(last, sentinel(TAKEN), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok();
+            if taken && l.last_deferred {
+                l.unmarked = l.unmarked.saturating_sub(1);
+                l.last_deferred = false;
             }
-            l.pushed = l.pushed.wrapping_sub(1);
-            l.last_state = taken;
-            true
+            taken
         })
     }
 
@@ -309,38 +416,34 @@ impl Ring {
     /// # Safety
     /// The worker thread only.
     pub(crate) unsafe fn claim(&self, f: impl FnMut(Entry)) -> u32 {
-        let mut w = self.state.load(Ordering::Acquire);
+        let upto = self.prod.load(Ordering::Acquire) as u32;
         // SAFETY: the worker thread only.
         let claimed = self.side.with(|s| unsafe { (*s).claimed });
-        loop {
-            if published(w) == claimed && unseen(w) == 0 {
-                return 0;
-            }
-            let next = (w & !(U_MASK | DOZE)) ^ EPOCH;
-            match self
-                .state
-                .compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => break,
-                Err(actual) => w = actual,
-            }
+        if upto == claimed {
+            return 0;
         }
-        // SAFETY: the worker thread only; the entries up to `published(w)`
-        // were published by the release of the pushes we acquired.
-        unsafe { self.read_upto(published(w), unseen(w), f) };
-        unseen(w)
+        // SAFETY: the worker thread only; the entries up to `upto` were
+        // published by the release of the pushes we acquired.
+        let unseen = unsafe { self.read_upto(upto, f) };
+        // One more claim that took something: the producer's first timeouts
+        // after it read the clock again (`may_defer`).
+        let c = self.cons.load(Ordering::Relaxed);
+        let next = (c & !CLAIMS) | (c.wrapping_add(1) & CLAIMS);
+        self.cons.store(next, Ordering::Release);
+        unseen
     }
 
-    /// Worker: reads the entries up to number `upto`, counting them and
-    /// `unseen` taken-back timeouts in `accepted`.
+    /// Worker: reads the entries up to number `upto` (swapping the last one
+    /// out of its cell) and hands them to `f`, counting them and the
+    /// taken-back ones in `accepted`; returns the taken-back count.
     ///
     /// # Safety
-    /// The worker thread only; `upto` was acquired from `state`.
-    unsafe fn read_upto(&self, upto: u32, unseen: u32, mut f: impl FnMut(Entry)) {
+    /// The worker thread only; `upto` was acquired from `prod`.
+    unsafe fn read_upto(&self, upto: u32, mut f: impl FnMut(Entry)) -> u32 {
         self.side.with_mut(|s| {
             // SAFETY: the worker thread only.
             let s = unsafe { &mut *s };
-            s.accepted += u64::from(unseen);
+            let mut unseen = 0;
             while s.claimed != upto {
                 if s.claimed.wrapping_sub(s.head_base) as usize == SEG {
                     // SAFETY: the producer linked `next` before publishing
@@ -353,12 +456,30 @@ impl Ring {
                 }
                 let offset = s.claimed.wrapping_sub(s.head_base) as usize;
                 // SAFETY: published, and not yet handed back.
-                let entry = unsafe { (*s.head).entries[offset].with(|e| *e) };
-                s.accepted += u64::from(entry.addr() & CANCEL_TAG == 0);
-                f(entry);
+                let cell: &Cell = unsafe { &(*s.head).entries[offset] };
                 s.claimed = s.claimed.wrapping_add(1);
+                // The last cell may race a take-back (or a refusal at the
+                // close): swap the entry out; the others are ours to read.
+                let entry = if s.claimed == upto {
+                    cell.swap(sentinel(CLAIMED), Ordering::AcqRel)
+                } else {
+                    cell.load(Ordering::Relaxed)
+                };
+                match entry.addr() {
+                    TAKEN => {
+                        unseen += 1;
+                        s.accepted += 1;
+                    }
+                    REFUSED => {}
+                    addr => {
+                        let kind = addr & KIND_MASK;
+                        s.accepted += u64::from(kind == NEW || kind == NEW_DEFERRED);
+                        f(entry);
+                    }
+                }
             }
-        });
+            unseen
+        })
     }
 
     /// Worker: gives an emptied segment back to the producer.
@@ -382,32 +503,51 @@ impl Ring {
     /// # Safety
     /// The worker thread only.
     pub(crate) unsafe fn has_input(&self) -> bool {
-        let w = self.state.load(Ordering::Acquire);
+        let upto = self.prod.load(Ordering::Acquire) as u32;
         // SAFETY: the worker thread only.
         let claimed = self.side.with(|s| unsafe { (*s).claimed });
-        published(w) != claimed || unseen(w) != 0
+        upto != claimed
     }
 
-    /// Worker, before dozing: marks the producer so that its next push
-    /// wakes the worker; false (and no mark) if something is unclaimed.
+    /// Worker, before dozing: marks the ring so that a push from now on
+    /// asks for a wake-up. Then [`heavy_fence`] once for every ring, and
+    /// [`has_input`](Self::has_input) on each: a push before the mark shows
+    /// there, one after it sees the mark.
     ///
     /// # Safety
     /// The worker thread only.
+    pub(crate) unsafe fn set_doze(&self) {
+        let c = self.cons.load(Ordering::Relaxed);
+        self.cons
+            .store((c | DOZE).wrapping_add(DOZE_ONE), Ordering::Relaxed);
+    }
+
+    /// Worker, one ring alone (tests and models): marks it, fences, and
+    /// checks it; false (and no mark) if something is unclaimed.
+    ///
+    /// # Safety
+    /// The worker thread only.
+    #[cfg(test)]
     pub(crate) unsafe fn arm(&self) -> bool {
-        let w = self.state.load(Ordering::Acquire);
-        // SAFETY: the worker thread only.
-        let claimed = self.side.with(|s| unsafe { (*s).claimed });
-        if published(w) != claimed || unseen(w) != 0 {
+        // SAFETY: forwarded.
+        unsafe { self.set_doze() };
+        heavy_fence();
+        // SAFETY: as above.
+        if unsafe { self.has_input() } {
+            // SAFETY: as above.
+            unsafe { self.disarm() };
             return false;
         }
-        self.state
-            .compare_exchange(w, w | DOZE, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+        true
     }
 
     /// Worker, after dozing: clears the mark.
-    pub(crate) fn disarm(&self) {
-        self.state.fetch_and(!DOZE, Ordering::AcqRel);
+    ///
+    /// # Safety
+    /// The worker thread only.
+    pub(crate) unsafe fn disarm(&self) {
+        let c = self.cons.load(Ordering::Relaxed);
+        self.cons.store(c & !DOZE, Ordering::Relaxed);
     }
 
     /// Worker, at exit: closes the ring and hands every entry still in it
@@ -416,11 +556,14 @@ impl Ring {
     /// # Safety
     /// The worker thread only, once.
     pub(crate) unsafe fn close(&self, f: impl FnMut(Entry)) -> u32 {
-        let w = self.state.fetch_or(CLOSED, Ordering::AcqRel);
-        // SAFETY: forwarded; the entries up to `published(w)` were
-        // published before the close.
-        unsafe { self.read_upto(published(w), unseen(w), f) };
-        unseen(w)
+        let c = self.cons.load(Ordering::Relaxed);
+        self.cons.store(c | CLOSED, Ordering::Relaxed);
+        heavy_fence();
+        let upto = self.prod.load(Ordering::Acquire) as u32;
+        // SAFETY: forwarded; the entries up to `upto` were published before
+        // the load; a push after it sees `CLOSED` and refuses its entry
+        // unless this swapped it out.
+        unsafe { self.read_upto(upto, f) }
     }
 
     /// Worker: the timeouts it has seen accepted through this ring
@@ -436,7 +579,7 @@ impl Ring {
 
     /// Whether the worker closed this ring.
     pub(crate) fn is_closed(&self) -> bool {
-        self.state.load(Ordering::Acquire) & CLOSED != 0
+        self.cons.load(Ordering::Acquire) & CLOSED != 0
     }
 }
 
@@ -474,120 +617,5 @@ impl Drop for Ring {
     }
 }
 
-/// A slot reference carried as a ring entry.
-pub(crate) fn entry_of(slot: SlotRef, cancel: bool) -> Entry {
-    let tag = if cancel { CANCEL_TAG } else { 0 };
-    slot.0.as_ptr().map_addr(|a| a | tag)
-}
-
-/// The slot and kind of a ring entry.
-pub(crate) fn slot_of(entry: Entry) -> (SlotRef, bool) {
-    let ptr = entry.map_addr(|a| a & !CANCEL_TAG);
-    // SAFETY: entries are made by `entry_of` from live slots.
-    let slot = SlotRef(unsafe { NonNull::new_unchecked(ptr) });
-    (slot, entry.addr() & CANCEL_TAG != 0)
-}
-
 #[cfg(all(test, not(redwheel_loom)))]
-mod tests {
-    use super::*;
-
-    /// A fake entry (never dereferenced by the ring).
-    fn entry(i: usize) -> Entry {
-        ptr::without_provenance_mut(8 * (i + 1))
-    }
-
-    fn ring() -> Ring {
-        Ring::new()
-    }
-
-    /// Claims and returns (entries, unseen).
-    fn claim(p: &Ring) -> (Vec<usize>, u32) {
-        let mut got = Vec::new();
-        // SAFETY: the test thread plays the worker.
-        let unseen = unsafe { p.claim(|e| got.push(e.addr() / 8 - 1)) };
-        (got, unseen)
-    }
-
-    #[test]
-    fn entries_arrive_in_order_across_segments_and_segments_are_reused() {
-        let p = ring();
-        let mut next = 0;
-        for round in 0..3 {
-            let n = SEG * 2 + 7;
-            for i in next..next + n {
-                // SAFETY: the test thread plays the producer.
-                assert_eq!(unsafe { p.push(entry(i), true) }, Pushed::Queued);
-            }
-            let (got, unseen) = claim(&p);
-            assert_eq!(got, (next..next + n).collect::<Vec<_>>(), "round {round}");
-            assert_eq!(unseen, 0);
-            next += n;
-        }
-        assert_eq!(p.added(), next as u64);
-        assert_eq!(claim(&p), (vec![], 0), "nothing twice");
-    }
-
-    #[test]
-    fn the_last_entry_can_be_taken_back_until_the_worker_claims_it() {
-        let p = ring();
-        unsafe {
-            assert_eq!(p.push(entry(0), true), Pushed::Queued);
-            assert_eq!(p.push(entry(1), true), Pushed::Queued);
-            assert!(!p.unpublish(entry(0)), "only the last one");
-            assert!(p.pushed_last(entry(1)));
-            assert!(p.unpublish(entry(1)));
-            assert!(!p.unpublish(entry(1)), "not twice");
-            assert_eq!(p.push(entry(2), true), Pushed::Queued);
-        }
-        assert_eq!(claim(&p), (vec![0, 2], 1), "taken back, counted once");
-        unsafe {
-            assert_eq!(p.push(entry(3), true), Pushed::Queued);
-        }
-        assert_eq!(claim(&p), (vec![3], 0));
-        unsafe {
-            assert!(!p.unpublish(entry(3)), "claimed: too late");
-        }
-        assert_eq!(p.added(), 4, "a timeout taken back was still accepted");
-    }
-
-    #[test]
-    fn a_push_into_an_armed_ring_asks_for_a_wake_up_once() {
-        let p = ring();
-        unsafe {
-            assert!(p.arm());
-            assert_eq!(p.push(entry(0), true), Pushed::QueuedWake);
-            assert_eq!(p.push(entry(1), true), Pushed::Queued);
-            assert!(!p.arm(), "unclaimed entries: no doze");
-            assert!(p.has_input());
-        }
-        assert_eq!(claim(&p).0, vec![0, 1]);
-        unsafe {
-            assert!(!p.has_input());
-            assert!(p.arm());
-        }
-        p.disarm();
-        unsafe {
-            assert_eq!(p.push(entry(2), true), Pushed::Queued);
-        }
-    }
-
-    #[test]
-    fn a_closed_ring_hands_over_what_it_holds_and_refuses_the_rest() {
-        let p = ring();
-        let mut got = Vec::new();
-        unsafe {
-            assert_eq!(p.push(entry(0), true), Pushed::Queued);
-            assert_eq!(p.push(entry(1), true), Pushed::Queued);
-            assert!(p.unpublish(entry(1)));
-            let unseen = p.close(|e| got.push(e.addr() / 8 - 1));
-            assert_eq!((got.clone(), unseen), (vec![0], 1));
-            assert_eq!(p.accepted(), 2, "one handed over, one taken back");
-            assert!(p.is_closed());
-            assert_eq!(p.push(entry(2), true), Pushed::Closed);
-            assert!(!p.unpublish(entry(2)));
-            assert_eq!(p.accepted(), 2);
-        }
-        assert_eq!(p.added(), 2, "a refused timeout is not counted");
-    }
-}
+mod tests;

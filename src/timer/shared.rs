@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub(crate) tick_ns: u64,
     pub(crate) wheel_len: usize,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The clock's `defers_readings` (see `entry.rs`).
+    pub(crate) defers_readings: bool,
     /// `DOZE_AWAKE`, `DOZE_DOZING` (the worker sleeps past the end of the
     /// current tick), or `DOZE_WOKEN_BASE + t`: a producer or canceller woke
     /// it at clock time `t`. One word, so claiming the wake-up and recording
@@ -93,6 +95,7 @@ impl Shared {
         self.worker_id.get() == Some(&thread::current().id())
     }
 
+    #[inline]
     pub(crate) fn is_shutdown(&self) -> bool {
         self.state.load(Ordering::SeqCst) == WORKER_SHUTDOWN
     }
@@ -170,7 +173,7 @@ impl Shared {
     /// worker is gone (the registry is closed).
     pub(crate) fn register(self: &Arc<Self>) -> Option<sync::Arc<Producer>> {
         let timer: Arc<dyn TimerLink> = Arc::clone(self) as Arc<dyn TimerLink>;
-        let p = sync::Arc::new(Producer::new(Arc::downgrade(&timer)));
+        let p = sync::Arc::new(Producer::new(Arc::downgrade(&timer), self.defers_readings));
         {
             let mut reg = self.producers.lock();
             if reg.closed {
@@ -199,5 +202,9 @@ impl TimerLink for Shared {
 
     fn count_out_elsewhere(&self, n: u64) {
         Shared::count_out_elsewhere(self, n);
+    }
+
+    fn now(&self) -> u64 {
+        nanos(self.clock.now())
     }
 }

@@ -46,9 +46,18 @@ pub(crate) fn new_slot<F>(p: &Arc<Producer>, refs: u32, f: F) -> SlotRef
 where
     F: FnOnce(&Timeout) + Send + 'static,
 {
+    new_slot_due(p, refs, 42, f)
+}
+
+/// As [`new_slot`], with the deadline field `deadline` (maybe unresolved:
+/// `entry::unresolved`).
+pub(crate) fn new_slot_due<F>(p: &Arc<Producer>, refs: u32, deadline: u64, f: F) -> SlotRef
+where
+    F: FnOnce(&Timeout) + Send + 'static,
+{
     // SAFETY: the calling thread owns `p`; the slot is fresh.
     let slot = SlotRef(unsafe { Producer::alloc(Arc::as_ptr(p)) }.expect("an open pool"));
     // SAFETY: as above.
-    unsafe { init_slot(slot.0, 42, refs, f) };
+    unsafe { init_slot(slot.0, deadline, refs, f) };
     slot
 }

@@ -259,7 +259,6 @@ fn the_producer_cache_never_outlives_its_producer() {
     };
     let (cached, listed) = cache_state();
     let dangling = cached != 0 && !listed.contains(&cached);
-    eprintln!("DEBUG key match {} dangling {dangling}", key(&c) == key_a);
     // Before the fix this lookup hit the cache and used the freed
     // producer (Miri: use after free; natively: a panic or worse).
     let ran = Arc::new(AtomicUsize::new(0));
@@ -334,4 +333,236 @@ fn timeouts_from_two_threads_run_or_drop_once_through_the_worker() {
         assert_eq!(timer.pending_timeouts(), 0);
         drop((never_ran, kept));
     }
+}
+
+/// How a forked child ended: its exit code, or the signal that killed it.
+#[cfg(not(miri))]
+#[derive(Debug, PartialEq, Eq)]
+enum ChildEnd {
+    Exited(i32),
+    Killed(i32),
+}
+
+/// Runs `f` in a forked child of the test process and waits for it; the
+/// child exits 0 when `f` returns, 101 when it panics. `f` must take no
+/// lock another thread of the test process may hold (the child has only
+/// the forking thread): atomics and `abort` only.
+#[cfg(not(miri))]
+fn in_child(f: impl FnOnce()) -> ChildEnd {
+    // SAFETY: the child runs `f` (atomics only, see above) and leaves with
+    // `_exit`, which runs no destructor and no atexit handler.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_ok();
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 101 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid, "waitpid failed");
+    if libc::WIFSIGNALED(status) {
+        ChildEnd::Killed(libc::WTERMSIG(status))
+    } else {
+        ChildEnd::Exited(libc::WEXITSTATUS(status))
+    }
+}
+
+/// Issue 32: the reference count holds 2^30 - 1 references (30 bits of the
+/// word); one more must abort the process, as `Arc`'s overflow does, and
+/// never wrap (a wrapped count lets a handle's drop free the slot while
+/// the wheel and leaked clones still point at it). The slot is made with
+/// that many references directly: leaking them with `mem::forget` of
+/// `Timeout` clones takes a billion increments. The child's `add_ref`
+/// is a `Timeout::clone`'s, its `try_cancel(1)` a `cancel()`'s.
+#[cfg(not(miri))]
+#[test]
+fn a_reference_count_at_its_bound_aborts_instead_of_wrapping() {
+    use super::entry::{MAX_REFS, REF};
+
+    let capacity = u32::MAX / REF;
+    let p = producer();
+    let t = Arc::new(Tally::default());
+    let full = new_slot(&p, capacity, task::<8>(&t));
+    assert_eq!(in_child(|| full.add_ref()), ChildEnd::Killed(libc::SIGABRT));
+    assert!(
+        MAX_REFS <= capacity / 2,
+        "the bound leaves headroom for increments racing the check"
+    );
+    for refs in [capacity, MAX_REFS] {
+        let slot = new_slot(&p, refs, task::<8>(&t));
+        assert_eq!(in_child(|| slot.add_ref()), ChildEnd::Killed(libc::SIGABRT));
+        assert_eq!(
+            in_child(|| {
+                slot.try_cancel(1);
+            }),
+            ChildEnd::Killed(libc::SIGABRT)
+        );
+        assert_eq!(slot.word() / REF, refs, "the parent's count is untouched");
+    }
+    // Below the bound, references are counted as usual.
+    let slot = new_slot(&p, MAX_REFS - 1, task::<8>(&t));
+    assert_eq!(
+        in_child(|| {
+            slot.add_ref();
+            assert_eq!(slot.word() / REF, MAX_REFS);
+        }),
+        ChildEnd::Exited(0)
+    );
+    // The slots stay allocated (nobody drops a billion references): the
+    // producer and its pool are leaked with them.
+    std::mem::forget(p);
+}
+
+/// Issue 32: a thread scheduling in a tight loop reads the clock for the
+/// first `PRECISE_PER_CLAIM` timeouts after each claim of the worker and
+/// leaves the deadlines of later ones to a reading taken after their push:
+/// its next time mark (every `MARK_EVERY` of them, which the worker
+/// applies when it claims them), the handle's own when asked first, or the
+/// worker's own at that claim. Each deadline is set
+/// once and never before the clock read at the call plus the delay. (A
+/// manual clock that defers like the system clock; time moves within a
+/// tick, which the worker sleeps through without claiming.)
+#[test]
+fn deferred_deadlines_are_resolved_once_by_the_first_reading_after_the_call() {
+    use super::ring::{MARK_EVERY, PRECISE_PER_CLAIM};
+    use std::time::Duration;
+
+    let tick = Duration::from_secs(1);
+    let clock = ManualClock::deferring();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .clock(clock.clone())
+        .build()
+        .expect("valid arguments");
+    timer.start().expect("starts");
+    let delay = |i: u32| Duration::from_secs(3600) + Duration::from_nanos(u64::from(i));
+    let (precise, marked) = (PRECISE_PER_CLAIM, 2 * MARK_EVERY);
+    let unmarked = MARK_EVERY / 2;
+    let n = precise + marked + unmarked;
+    let mut called_at = Vec::new();
+    let mut handles = Vec::new();
+    for i in 0..n {
+        called_at.push(timer.now());
+        handles.push(timer.new_timeout(delay(i), |_| {}).expect("running"));
+    }
+    let unresolved = |t: &super::Timeout| t.slot.resolved_deadline().is_none();
+    let expect = |range: std::ops::Range<u32>, left: bool| {
+        for i in range {
+            assert_eq!(unresolved(&handles[i as usize]), left, "timeout {i}");
+        }
+    };
+    // Marks are read by the worker: until it claims, all of the deferred
+    // wait.
+    expect(0..precise, false);
+    expect(precise..n, true);
+    // 10 ms later (same tick: the worker claims nothing), the handle asks.
+    clock.advance(Duration::from_millis(10));
+    let asked = (precise + marked) as usize;
+    assert_eq!(
+        handles[asked].deadline(),
+        Duration::from_millis(10) + delay(asked as u32)
+    );
+    // The tick ends: the worker claims the rest and resolves them.
+    clock.advance(tick);
+    expect(0..n, false);
+    for (i, t) in handles.iter().enumerate() {
+        let i = i as u32;
+        let reading = match i {
+            _ if i < precise + marked => Duration::ZERO,
+            _ if i as usize == asked => Duration::from_millis(10),
+            _ => tick + Duration::from_millis(10),
+        };
+        assert_eq!(t.deadline(), reading + delay(i), "timeout {i}");
+        assert!(t.deadline() >= called_at[i as usize] + delay(i));
+    }
+    // The worker claimed: the next timeouts read the clock themselves.
+    let after = timer.new_timeout(delay(0), |_| {}).expect("running");
+    assert!(!unresolved(&after));
+    assert_eq!(after.deadline(), timer.now() + delay(0));
+    let never_ran = timer.stop().expect("stop from outside a task");
+    assert_eq!(never_ran.len(), n as usize + 1);
+}
+
+/// Runs the calling test again, alone, in a child process (the test binary
+/// with only this test selected), and panics unless it ran and passed;
+/// false in that child, which then runs the test's body. For tests that
+/// need the process to themselves (no other test's pool taking or adding a
+/// cached block).
+#[cfg(not(miri))]
+fn rerun_alone(test: &str) -> bool {
+    const CHILD: &str = "REDWHEEL_TIMER_TEST_ALONE";
+    if std::env::var(CHILD).is_ok_and(|v| v == test) {
+        return false;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .args([test, "--exact", "--test-threads", "1", "--nocapture"])
+        .env(CHILD, test)
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the child run of {test} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+/// Issue 32: the blocks of a pool whose last slot went back are kept in the
+/// process-wide cache (`pool/blocks.rs`) and the next pool's chunks come from
+/// it, pages already written (no page fault per 102 slots in the next timer);
+/// the cache holds at most `CACHE_BYTES`. Alone in a child process, so that
+/// no other test's pool takes or adds a block meanwhile.
+#[cfg(not(miri))]
+#[test]
+fn a_closed_pools_blocks_are_reused_by_the_next_pool() {
+    use super::pool::{CACHE_BYTES, cached_bytes};
+
+    if rerun_alone("timer::tests::a_closed_pools_blocks_are_reused_by_the_next_pool") {
+        return;
+    }
+    let chunk_of = |s: SlotRef| s.0.addr().get() & !4095;
+    let t = Arc::new(Tally::default());
+    let p = producer();
+    // 300 slots: three chunks, in blocks of one and two.
+    let slots: Vec<SlotRef> = (0..300).map(|_| new_slot(&p, 1, task::<1>(&t))).collect();
+    let chunks: std::collections::BTreeSet<usize> = slots.iter().map(|&s| chunk_of(s)).collect();
+    assert_eq!(chunks.len(), 3);
+    let before = cached_bytes();
+    for s in slots {
+        release(s);
+    }
+    // SAFETY: this thread owns the pool.
+    unsafe { Pool::close(&p.pool) };
+    assert_eq!(cached_bytes(), before + 3 * 4096, "both blocks kept");
+    let q = producer();
+    let first = new_slot(&q, 1, task::<1>(&t));
+    assert!(chunks.contains(&chunk_of(first)), "a cached block reused");
+    assert_eq!(cached_bytes(), before + 2 * 4096);
+    release(first);
+    // SAFETY: as above.
+    unsafe { Pool::close(&q.pool) };
+    // More than the cache keeps: 600 pools of 31 chunks (blocks of 1, 2,
+    // 4, 8 and 16), all closed.
+    let mut pools = Vec::new();
+    for _ in 0..600 {
+        let r = producer();
+        let s: Vec<SlotRef> = (0..SLOTS_PER_CHUNK * 31)
+            .map(|_| new_slot(&r, 1, task::<1>(&t)))
+            .collect();
+        pools.push((r, s));
+    }
+    for (r, s) in pools {
+        for slot in s {
+            release(slot);
+        }
+        // SAFETY: as above.
+        unsafe { Pool::close(&r.pool) };
+    }
+    assert!(cached_bytes() <= CACHE_BYTES, "{} cached", cached_bytes());
+    assert!(cached_bytes() > CACHE_BYTES / 2);
 }

@@ -58,6 +58,9 @@ enum Cancelled {
     Lost,
     /// Taken back out of this thread's ring: its reference is ours.
     TakenBack,
+    /// Taken back, and cancelled without a compare-and-swap: nothing else
+    /// held it (its entry's reference is dropped already).
+    TakenBackAlone,
     /// A cancellation was queued (`Queued`/`QueuedWake`) or refused
     /// (`Closed`: the worker is gone; its reference is ours).
     Queued(Pushed),
@@ -82,9 +85,24 @@ impl Timeout {
         let key = owner.timer_key();
         let register = || owner.timer.upgrade().and_then(|timer| timer.register());
         let outcome = local::mine(key, register).map(|mine| {
-            let pending = entry_of(slot, false);
+            let pending = entry_of(slot, false, false);
             // SAFETY: `mine` is this thread's producer.
-            if ptr::eq(&*mine, owner) && unsafe { mine.ring.pushed_last(pending) } {
+            let own_last = ptr::eq(&*mine, owner) && unsafe { mine.ring.pushed_last(pending) };
+            if own_last && slot.refs() == 2 {
+                // This handle and the entry are the only references: once
+                // the entry is taken back, nothing else can reach the
+                // timeout (no other handle to clone or cancel it; the
+                // worker never saw it), and plain stores cancel it.
+                // SAFETY: as above.
+                if unsafe { mine.ring.unpublish(pending) } {
+                    slot.cancel_alone();
+                    return Cancelled::TakenBackAlone;
+                }
+                // The worker claimed it: cancel as from another thread.
+                if !slot.try_cancel(1) {
+                    return Cancelled::Lost;
+                }
+            } else if own_last {
                 if !slot.try_cancel(0) {
                     return Cancelled::Lost;
                 }
@@ -97,7 +115,7 @@ impl Timeout {
                 return Cancelled::Lost;
             }
             // SAFETY: as above; the entry carries the reference just added.
-            Cancelled::Queued(unsafe { mine.ring.push(entry_of(slot, true), false) })
+            Cancelled::Queued(unsafe { mine.ring.push(entry_of(slot, true, false), false) })
         });
         let pushed = match outcome {
             Some(Cancelled::Lost) => return false,
@@ -105,6 +123,7 @@ impl Timeout {
                 release(slot);
                 None
             }
+            Some(Cancelled::TakenBackAlone) => None,
             Some(Cancelled::Queued(pushed)) => Some(pushed),
             // No producer: the timer is gone or closed.
             None => {
@@ -155,7 +174,19 @@ impl Timeout {
     /// `Duration::from_nanos(u64::MAX)` for a delay too large to represent,
     /// which never fires.
     pub fn deadline(&self) -> Duration {
-        self.slot.deadline_duration()
+        let owner = producer_of(self.slot);
+        let deadline = match self.slot.resolved_deadline() {
+            Some(d) => d,
+            _ if !owner.defers_readings => self.slot.deadline(),
+            // Deferred and not resolved yet (`entry.rs`): a reading taken
+            // now is one taken after the call. (The worker resolves every
+            // timeout it holds before it exits, so a timer that is gone
+            // leaves none unresolved; if one were, it would never fire.)
+            None => self
+                .slot
+                .resolve(owner.timer.upgrade().map_or(u64::MAX, |t| t.now())),
+        };
+        Duration::from_nanos(deadline)
     }
 
     /// True if both handles refer to the same timeout.

@@ -40,7 +40,7 @@ use super::clock::{Parker, nanos};
 use super::entry::SlotRef;
 use super::pool::{Frees, release, release_into};
 use super::producer::Producer;
-use super::ring::slot_of;
+use super::ring::{Item, item_of};
 use super::shared::{DOZE_AWAKE, DOZE_DOZING, DOZE_WOKEN_BASE, Shared};
 use super::sync::{self, Ordering};
 use super::task::{Job, borrowed_handle, catch_logged, drop_task_logged, run_task};
@@ -74,6 +74,9 @@ struct Worker {
     batch: VecDeque<Pending>,
     /// Cancellations claimed and not yet counted out.
     cancels: Vec<Pending>,
+    /// New timeouts of the ring being claimed whose deadlines wait for a
+    /// reading (see `entry.rs`); empty between claims.
+    unresolved: Vec<Pending>,
     /// Timeouts taken back unseen (see `ring.rs`), not yet counted out.
     unseen: u64,
     /// The producers, as of registry generation `generation`.
@@ -124,6 +127,7 @@ impl Worker {
             transferred: 0,
             batch: VecDeque::new(),
             cancels: Vec::new(),
+            unresolved: Vec::new(),
             unseen: 0,
             producers: Vec::new(),
             generation: u64::MAX,
@@ -201,9 +205,16 @@ impl Worker {
             let mut raced = false;
             if dozing {
                 shared.doze.store(DOZE_DOZING, Ordering::SeqCst);
+                for p in &self.producers {
+                    // SAFETY: this is the worker thread.
+                    unsafe { p.ring.set_doze() };
+                }
+                // One heavy fence for every ring (`ring.rs`): a push before
+                // a mark shows in `has_input`, one after it sees the mark.
+                sync::heavy_fence();
                 raced = shared.generation.load(Ordering::SeqCst) != self.generation
                     // SAFETY: this is the worker thread.
-                    || !self.producers.iter().all(|p| unsafe { p.ring.arm() });
+                    || self.producers.iter().any(|p| unsafe { p.ring.has_input() });
             }
             if !raced && !shared.is_shutdown() {
                 let deadline = wake_tick.and_then(|t| self.end_of(t));
@@ -214,7 +225,8 @@ impl Worker {
             let doze = shared.doze.swap(DOZE_AWAKE, Ordering::SeqCst);
             if dozing {
                 for p in &self.producers {
-                    p.ring.disarm();
+                    // SAFETY: this is the worker thread.
+                    unsafe { p.ring.disarm() };
                 }
                 // A producer or canceller that woke us did so at `woken_at`:
                 // what it pushed belongs to that tick, even if the clock
@@ -246,28 +258,37 @@ impl Worker {
         }
     }
 
-    /// Claims what every producer published: new timeouts join the batch,
-    /// cancellations the list of those to count out at the next processed
-    /// tick. Retires producers whose thread left them, once empty.
+    /// Claims what every producer published: new timeouts join the batch
+    /// (their deadlines resolved: `entry.rs`), cancellations the list of
+    /// those to count out at the next processed tick. Retires producers
+    /// whose thread left them, once empty.
     fn collect(&mut self) {
         self.refresh_producers();
         let mut retire = false;
-        let (batch, cancels) = (&mut self.batch, &mut self.cancels);
+        let (batch, cancels, unresolved) =
+            (&mut self.batch, &mut self.cancels, &mut self.unresolved);
         for p in &self.producers {
             // Read before claiming: an orphan pushes no more, so this claim
             // gets everything.
             let orphaned = p.is_orphaned();
             // SAFETY: this is the worker thread.
             let unseen = unsafe {
-                p.ring.claim(|entry| {
-                    let (slot, cancel) = slot_of(entry);
-                    if cancel {
-                        cancels.push(slot);
-                    } else {
+                p.ring.claim(|entry| match item_of(entry) {
+                    Item::New(slot, deferred) => {
+                        if deferred {
+                            unresolved.push(slot);
+                        }
                         batch.push_back(slot);
                     }
+                    Item::Cancel(slot) => cancels.push(slot),
+                    // Taken after every deferred timeout before it.
+                    Item::Time(reading) => resolve_all(unresolved, reading),
                 })
             };
+            // The rest were pushed before the claim, hence before this.
+            if !unresolved.is_empty() {
+                resolve_all(unresolved, nanos(self.shared.clock.now()));
+            }
             self.unseen += u64::from(unseen);
             retire |= orphaned;
         }
@@ -423,6 +444,14 @@ impl Worker {
                 executor.end_of_tick()
             });
         }
+    }
+}
+
+/// Resolves the deferred deadlines in `list` with `reading`, taken after
+/// their pushes, and empties it.
+fn resolve_all(list: &mut Vec<Pending>, reading: u64) {
+    for slot in list.drain(..) {
+        slot.resolve(reading);
     }
 }
 

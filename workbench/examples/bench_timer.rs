@@ -18,6 +18,8 @@
 //!   --threads P    producer threads for W6            (default 2)
 //!   --dump FILE    W4: write "deadline_ms lateness_us" per timeout of the last repetition
 //!   --idle-secs S  length of one Idle window          (default 10)
+//!   --task M       shared (default) or closure: how the timeouts of
+//!                  W1/W2/W3/W5/W5b/W6/M5 refer to their task (below)
 //!   --impl I       redwheel (default), or another Rust timer on W1, W2
 //!                  and W4: tokio-delay-queue (tokio-util's DelayQueue on
 //!                  a current-thread tokio runtime, one owner) or hhwt
@@ -25,10 +27,19 @@
 //! ```
 //!
 //! Every run builds a fresh timer (tick 1 ms, 512 buckets, tasks on the
-//! worker thread) and starts it outside the timed region. The no-op task of
-//! W1/W2/W6 is a closure capturing one `&'static` counter (Netty's harness
-//! shares one task instance); W3's task closure captures 16 bytes, the size
-//! the memory target is stated for. "Accepted" means a barrier returned: a
+//! worker thread) and starts it outside the timed region.
+//!
+//! The task. Netty's harness makes one task object per run and gives it to
+//! every `newTimeout`, and so does `--task shared` (the default, so that the
+//! figures and Netty's are the same workload): one `Arc` of the task's state
+//! per run, each timeout's task a closure holding a clone of it (dropped when
+//! the task runs or is cancelled), as each Netty timeout holds a reference to
+//! the one task. `--task closure` (the mode of the figures published before
+//! issue 32) gives each timeout a closure capturing a `&'static` to the run's
+//! state, leaked: no reference is counted. W4's tasks record their own
+//! timeout's firing, so they are one closure each in both harnesses and both
+//! modes. W3's task captures 16 bytes in closure mode, the size the memory
+//! target is stated for, and one `Arc` (8 bytes) in shared mode. "Accepted" means a barrier returned: a
 //! zero-delay timeout scheduled after all the others, whose firing proves
 //! (the pending queue being FIFO) that the worker has moved every earlier
 //! timeout into a bucket.
@@ -138,6 +149,18 @@ struct Config {
     dump: Option<String>,
     idle_secs: f64,
     imp: String,
+    /// Run W3 here and now (in the cold child process `w3_cold` starts).
+    cold: bool,
+    task: TaskMode,
+}
+
+/// How each timeout's task refers to its run's task state (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TaskMode {
+    /// One `Arc` per run, a clone in each timeout's task (Netty's shared task).
+    Shared,
+    /// A closure per timeout capturing a `&'static` to the run's state.
+    Closure,
 }
 
 impl Default for Config {
@@ -154,6 +177,8 @@ impl Default for Config {
             dump: None,
             idle_secs: 10.0,
             imp: "redwheel".to_owned(),
+            cold: false,
+            task: TaskMode::Shared,
         }
     }
 }
@@ -181,7 +206,15 @@ fn parse_args() -> BoxResult<(Config, Vec<String>)> {
             "--threads" => cfg.threads = value(&a)?.parse()?,
             "--dump" => cfg.dump = Some(value(&a)?),
             "--idle-secs" => cfg.idle_secs = value(&a)?.parse()?,
+            "--cold" => cfg.cold = true,
             "--impl" => cfg.imp = value(&a)?,
+            "--task" => {
+                cfg.task = match value(&a)?.as_str() {
+                    "shared" => TaskMode::Shared,
+                    "closure" => TaskMode::Closure,
+                    other => return Err(format!("unknown --task {other:?}").into()),
+                }
+            }
             "-h" | "--help" => {
                 println!("usage: bench_timer [options] {}", WORKLOADS.join(" "));
                 std::process::exit(0);
@@ -241,7 +274,57 @@ fn bump(counter: &AtomicU64) {
     counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
-/// W3's task: a no-op closure capturing 16 bytes (the counter and a tag).
+/// How a timeout's task reaches its run's task state `S`: an `Arc` clone
+/// (`TaskMode::Shared`) or a `&'static` (`TaskMode::Closure`).
+trait TaskRef<S>: Clone + Send + 'static {
+    fn state(&self) -> &S;
+}
+
+impl<S: Send + Sync + 'static> TaskRef<S> for Arc<S> {
+    #[inline(always)]
+    fn state(&self) -> &S {
+        self
+    }
+}
+
+impl<S: Sync + 'static> TaskRef<S> for &'static S {
+    #[inline(always)]
+    fn state(&self) -> &S {
+        self
+    }
+}
+
+/// The task of one timeout: runs `body` (a function item, so the closure
+/// holds the reference alone) on the state `r` refers to.
+#[inline(always)]
+fn task_of<S: 'static, R: TaskRef<S>, B: Fn(&S) + Copy + Send + 'static>(
+    r: &R,
+    body: B,
+) -> impl FnOnce(&Timeout) + Send + 'static {
+    let r = r.clone();
+    move |_: &Timeout| body(r.state())
+}
+
+/// Calls `f` with a reference of `mode`'s kind to `state` (an `Arc`, or the
+/// state leaked). Each workload is generic over the kind, so that each mode
+/// runs its own monomorphic loop.
+macro_rules! with_task_ref {
+    ($mode:expr, $state:expr, |$r:ident| $body:expr) => {
+        match $mode {
+            TaskMode::Shared => {
+                let $r = Arc::new($state);
+                $body
+            }
+            TaskMode::Closure => {
+                let $r: &'static _ = Box::leak(Box::new($state));
+                $body
+            }
+        }
+    };
+}
+
+/// W3's task in closure mode: a no-op closure capturing 16 bytes (the
+/// counter and a tag).
 fn w3_task(counter: &'static AtomicU64, tag: u64) -> impl FnOnce(&Timeout) + Send + 'static {
     move |_: &Timeout| {
         std::hint::black_box(tag);
@@ -363,12 +446,23 @@ struct ScheduleRun {
 /// W1 and W2: schedules a timeout per delay (W2 cancels each at once), then
 /// waits until the worker has taken them all in.
 fn schedule_all(cfg: &Config, d: &[u64], cancel: bool) -> BoxResult<ScheduleRun> {
+    with_task_ref!(cfg.task, AtomicU64::new(0), |r| schedule_all_with(
+        cfg, d, cancel, r
+    ))
+}
+
+fn schedule_all_with<R: TaskRef<AtomicU64>>(
+    cfg: &Config,
+    d: &[u64],
+    cancel: bool,
+    task: R,
+) -> BoxResult<ScheduleRun> {
     let timer = new_timer(cfg)?;
-    let counter = leak_counter();
+    let counter = task.state();
     let n = d.len() as f64;
     perf_ctl("enable");
     let t0 = Instant::now();
-    schedule_loop(&timer, d, cancel, counter)?;
+    schedule_loop(&timer, d, cancel, &task)?;
     let t1 = Instant::now();
     barrier(&timer)?;
     let t2 = Instant::now();
@@ -391,14 +485,14 @@ fn schedule_all(cfg: &Config, d: &[u64], cancel: bool) -> BoxResult<ScheduleRun>
 /// `valgrind --tool=callgrind --toggle-collect='*schedule_loop*'` counts the
 /// instructions of exactly this loop (per timeout: divide by `--n`).
 #[inline(never)]
-fn schedule_loop(
+fn schedule_loop<R: TaskRef<AtomicU64>>(
     timer: &HashedWheelTimer,
     d: &[u64],
     cancel: bool,
-    counter: &'static AtomicU64,
+    task: &R,
 ) -> BoxResult<()> {
     for &ms in d {
-        let t = timer.new_timeout(Duration::from_millis(ms), move |_: &Timeout| bump(counter))?;
+        let t = timer.new_timeout(Duration::from_millis(ms), task_of(task, bump))?;
         if cancel {
             t.cancel();
         }
@@ -406,25 +500,89 @@ fn schedule_loop(
     Ok(())
 }
 
+/// The names of W3's metrics, as `w3` returns them.
+const W3_METRICS: [&str; 5] = [
+    "bytes_per_timeout",
+    "pending_at_measure",
+    "fired_during_run",
+    "rss_bytes_per_timeout",
+    "task_closure_bytes",
+];
+
+/// W3 in a child process of its own (this binary with `--cold`), so that it
+/// starts cold: the timer keeps freed slot blocks for reuse process-wide
+/// (up to 64 MiB), and a run that reused the blocks of an earlier one would
+/// allocate none, and count none, for its slots. Each repetition is one
+/// child, with no warm-up (memory, not speed, is measured).
+fn w3_cold(cfg: &Config) -> BoxResult<Metrics> {
+    let task = match cfg.task {
+        TaskMode::Shared => "shared",
+        TaskMode::Closure => "closure",
+    };
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["--cold", "--reps", "1", "--warmup", "0", "--task", task])
+        .args([
+            "--n",
+            &cfg.n.to_string(),
+            "--seed",
+            &(cfg.seed as i64).to_string(),
+        ])
+        .args([
+            "--tick-ms",
+            &cfg.tick_ms.to_string(),
+            "--wheel",
+            &cfg.wheel.to_string(),
+        ])
+        .arg("W3")
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "the W3 child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    W3_METRICS
+        .iter()
+        .map(|&name| {
+            line["metrics"][name]["runs"][0]
+                .as_f64()
+                .map(|v| (name, v))
+                .ok_or_else(|| format!("the W3 child gave no {name}").into())
+        })
+        .collect()
+}
+
 fn w3(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
     let timer = new_timer(cfg)?;
     let counter = leak_counter();
-    let closure_bytes = std::mem::size_of_val(&w3_task(counter, 0));
-    assert_eq!(closure_bytes, 16, "W3's task closure must capture 16 bytes");
+    let shared = Arc::new(AtomicU64::new(0));
+    let closure_bytes = match cfg.task {
+        TaskMode::Shared => std::mem::size_of_val(&task_of(&shared, bump)),
+        TaskMode::Closure => std::mem::size_of_val(&w3_task(counter, 0)),
+    };
+    if cfg.task == TaskMode::Closure {
+        assert_eq!(closure_bytes, 16, "W3's task closure must capture 16 bytes");
+    }
     barrier(&timer)?;
     let n = d.len();
     let rss_before = rss_bytes();
     LIVE_BYTES.store(0, Ordering::SeqCst);
     COUNTING.store(true, Ordering::SeqCst);
     for (i, &ms) in d.iter().enumerate() {
-        timer.new_timeout(Duration::from_millis(ms), w3_task(counter, i as u64))?;
+        let delay = Duration::from_millis(ms);
+        match cfg.task {
+            TaskMode::Shared => timer.new_timeout(delay, task_of(&shared, bump))?,
+            TaskMode::Closure => timer.new_timeout(delay, w3_task(counter, i as u64))?,
+        };
     }
     barrier(&timer)?;
     let live = LIVE_BYTES.load(Ordering::SeqCst);
     COUNTING.store(false, Ordering::SeqCst);
     let rss_after = rss_bytes();
     let pending = timer.pending_timeouts();
-    let fired = counter.load(Ordering::Relaxed);
+    let fired = counter.load(Ordering::Relaxed) + shared.load(Ordering::Relaxed);
     timer.stop()?;
     Ok(vec![
         ("bytes_per_timeout", live as f64 / n as f64),
@@ -575,84 +733,90 @@ fn burst_fire(b: &Burst) {
     }
 }
 
-/// A fresh shared burst task for one run, and the receiver of its "done".
-fn leak_burst(n: usize, base: Instant) -> (&'static Burst, mpsc::Receiver<()>) {
+/// A fresh burst task state for one run, and the receiver of its "done".
+fn new_burst(n: usize, base: Instant) -> (Burst, mpsc::Receiver<()>) {
     let (tx, rx) = mpsc::channel();
-    let b = Box::leak(Box::new(Burst {
+    let b = Burst {
         n,
         base,
         count: AtomicUsize::new(0),
         first: AtomicU64::new(0),
         last: AtomicU64::new(0),
         done: tx,
-    }));
+    };
     (b, rx)
 }
 
-/// W5: every timeout has the same absolute deadline D = t0 + 500 ms
-/// (`delay = D − now`).
-fn w5(cfg: &Config, n: usize) -> BoxResult<Metrics> {
+/// W5, or W5b if `literal`: a burst of `n` timeouts due together.
+fn w5(cfg: &Config, n: usize, literal: bool) -> BoxResult<Metrics> {
     let timer = new_timer(cfg)?;
     perf_ctl("enable");
     let t0 = Instant::now();
-    let (task, rx) = leak_burst(n, t0);
-    let dl = t0 + Duration::from_millis(500);
-    for _ in 0..n {
-        let delay = dl.saturating_duration_since(Instant::now());
-        timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
+    let (burst, rx) = new_burst(n, t0);
+    with_task_ref!(cfg.task, burst, |task| w5_with(
+        &timer, n, t0, task, rx, literal
+    ))
+}
+
+/// W5: every timeout has the same absolute deadline D = t0 + 500 ms
+/// (`delay = D − now`). W5b (`literal`): every timeout gets delay 500 ms
+/// relative to its own schedule call.
+fn w5_with<R: TaskRef<Burst>>(
+    timer: &HashedWheelTimer,
+    n: usize,
+    t0: Instant,
+    task: R,
+    rx: mpsc::Receiver<()>,
+    literal: bool,
+) -> BoxResult<Metrics> {
+    let half_second = Duration::from_millis(500);
+    let mut last_start = 0;
+    if literal {
+        for _ in 0..n - 1 {
+            timer.new_timeout(half_second, task_of(&task, burst_fire))?;
+        }
+        last_start = nanos_since(t0) as i64;
+        timer.new_timeout(half_second, task_of(&task, burst_fire))?;
+    } else {
+        let dl = t0 + half_second;
+        for _ in 0..n {
+            let delay = dl.saturating_duration_since(Instant::now());
+            timer.new_timeout(delay, task_of(&task, burst_fire))?;
+        }
     }
     let t1 = Instant::now();
     rx.recv()?;
     perf_ctl("disable");
     timer.stop()?;
-    let d_ns = 500_000_000i64;
+    let task = task.state();
     let first = task.first.load(Ordering::Relaxed) as i64;
     let last = task.last.load(Ordering::Relaxed) as i64;
+    let schedule_loop_ms = (t1 - t0).as_nanos() as f64 / 1e6;
+    // The first deadline is D (W5), or t0 + 500 ms (W5b).
+    let d_ns = 500_000_000i64;
+    let early = if first < d_ns { 1.0 } else { 0.0 };
+    if literal {
+        let last_deadline = last_start + d_ns;
+        return Ok(vec![
+            (
+                "drain_after_last_deadline_ms",
+                (last - last_deadline) as f64 / 1e6,
+            ),
+            (
+                "first_fire_after_first_deadline_ms",
+                (first - d_ns) as f64 / 1e6,
+            ),
+            ("schedule_loop_ms", schedule_loop_ms),
+            ("early_count", early),
+        ]);
+    }
     Ok(vec![
         ("drain_ms", (last - d_ns) as f64 / 1e6),
         ("first_fire_after_deadline_ms", (first - d_ns) as f64 / 1e6),
         ("first_to_last_ms", (last - first) as f64 / 1e6),
         ("ns_per_expiry", (last - first) as f64 / n as f64),
-        ("schedule_loop_ms", (t1 - t0).as_nanos() as f64 / 1e6),
-        ("early_count", if first < d_ns { 1.0 } else { 0.0 }),
-    ])
-}
-
-/// W5b (literal variant): every timeout gets delay 500 ms relative to its
-/// own schedule call.
-fn w5b(cfg: &Config, n: usize) -> BoxResult<Metrics> {
-    let timer = new_timer(cfg)?;
-    perf_ctl("enable");
-    let t0 = Instant::now();
-    let (task, rx) = leak_burst(n, t0);
-    let delay = Duration::from_millis(500);
-    for _ in 0..n - 1 {
-        timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
-    }
-    let last_start = nanos_since(t0) as i64;
-    timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
-    let t1 = Instant::now();
-    rx.recv()?;
-    perf_ctl("disable");
-    timer.stop()?;
-    let first_deadline = 500_000_000i64;
-    let last_deadline = last_start + 500_000_000;
-    let first = task.first.load(Ordering::Relaxed) as i64;
-    let last = task.last.load(Ordering::Relaxed) as i64;
-    Ok(vec![
-        (
-            "drain_after_last_deadline_ms",
-            (last - last_deadline) as f64 / 1e6,
-        ),
-        (
-            "first_fire_after_first_deadline_ms",
-            (first - first_deadline) as f64 / 1e6,
-        ),
-        ("schedule_loop_ms", (t1 - t0).as_nanos() as f64 / 1e6),
-        (
-            "early_count",
-            if first < first_deadline { 1.0 } else { 0.0 },
-        ),
+        ("schedule_loop_ms", schedule_loop_ms),
+        ("early_count", early),
     ])
 }
 
@@ -673,13 +837,26 @@ fn m5(cfg: &Config, n: usize) -> BoxResult<Metrics> {
         .build()?;
     timer.start()?;
     let t0 = Instant::now();
-    let (task, rx) = leak_burst(n, t0);
+    let (burst, rx) = new_burst(n, t0);
+    with_task_ref!(cfg.task, burst, |task| m5_with(
+        cfg, &timer, &clock, n, task, rx
+    ))
+}
+
+fn m5_with<R: TaskRef<Burst>>(
+    cfg: &Config,
+    timer: &HashedWheelTimer,
+    clock: &ManualClock,
+    n: usize,
+    task: R,
+    rx: mpsc::Receiver<()>,
+) -> BoxResult<Metrics> {
     let tick = Duration::from_millis(cfg.tick_ms);
     let deadline = Duration::from_millis(500);
     let s0 = Instant::now();
     for _ in 0..n {
         let delay = deadline.saturating_sub(timer.now());
-        timer.new_timeout(delay, move |_: &Timeout| burst_fire(task))?;
+        timer.new_timeout(delay, task_of(&task, burst_fire))?;
     }
     let s1 = Instant::now();
     // Enough ticks for the transfer cap (100,000 per tick).
@@ -701,8 +878,11 @@ fn m5(cfg: &Config, n: usize) -> BoxResult<Metrics> {
 }
 
 fn w6(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
+    with_task_ref!(cfg.task, AtomicU64::new(0), |r| w6_with(cfg, d, r))
+}
+
+fn w6_with<R: TaskRef<AtomicU64> + Sync>(cfg: &Config, d: &[u64], task: R) -> BoxResult<Metrics> {
     let timer = new_timer(cfg)?;
-    let counter = leak_counter();
     let n = d.len();
     let threads = cfg.threads;
     let per = n / threads;
@@ -713,7 +893,7 @@ fn w6(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
         for k in 0..threads {
             let from = k * per;
             let to = if k == threads - 1 { n } else { from + per };
-            let (timer, ready, go) = (&timer, &ready, &go);
+            let (timer, ready, go, task) = (&timer, &ready, &go, &task);
             let slice = &d[from..to];
             let h = thread::Builder::new()
                 .name(format!("producer-{k}"))
@@ -722,9 +902,7 @@ fn w6(cfg: &Config, d: &[u64]) -> BoxResult<Metrics> {
                     go.wait();
                     for &ms in slice {
                         timer
-                            .new_timeout(Duration::from_millis(ms), move |_: &Timeout| {
-                                bump(counter)
-                            })
+                            .new_timeout(Duration::from_millis(ms), task_of(task, bump))
                             .expect("new_timeout failed");
                     }
                 })?;
@@ -814,6 +992,7 @@ fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
             let d = delays_ms(cfg.n, 1000, 60000, seed);
             Box::new(move || w2(cfg, &d))
         }
+        "W3" if !cfg.cold => Box::new(move || w3_cold(cfg)),
         "W3" => {
             let d = delays_ms(cfg.n, 60000, 120000, seed.wrapping_add(3));
             Box::new(move || w3(cfg, &d))
@@ -822,8 +1001,8 @@ fn runner<'a>(w: &str, cfg: &'a Config) -> Run<'a> {
             let d = delays_ms(cfg.n4, 0, 2000, seed.wrapping_add(4));
             Box::new(move || w4(cfg, &d))
         }
-        "W5" => Box::new(move || w5(cfg, cfg.n)),
-        "W5b" => Box::new(move || w5b(cfg, cfg.n)),
+        "W5" => Box::new(move || w5(cfg, cfg.n, false)),
+        "W5b" => Box::new(move || w5(cfg, cfg.n, true)),
         "M5" => Box::new(move || m5(cfg, cfg.n)),
         "W6" => {
             let d = delays_ms(cfg.n, 1000, 60000, seed.wrapping_add(6));
@@ -883,11 +1062,22 @@ fn json(w: &str, cfg: &Config, runtime: &str, runs: &[Metrics]) -> String {
         cfg.tick_ms,
         cfg.wheel,
         cfg.reps,
-        if w == "Idle" { 0 } else { cfg.warmup },
+        if w == "Idle" || w == "W3" {
+            0
+        } else {
+            cfg.warmup
+        },
         cfg.seed as i64
     );
     if w == "W6" {
         let _ = write!(s, ",\"threads\":{}", cfg.threads);
+    }
+    if cfg.imp == "redwheel" && !matches!(w, "W4" | "Idle") {
+        let mode = match cfg.task {
+            TaskMode::Shared => "shared",
+            TaskMode::Closure => "closure",
+        };
+        let _ = write!(s, ",\"task\":\"{mode}\"");
     }
     if w == "Idle" {
         let _ = write!(s, ",\"idle_s\":{}", num(cfg.idle_secs));
@@ -931,7 +1121,11 @@ fn main() -> BoxResult<()> {
     let stdout = std::io::stdout();
     for w in &ws {
         let run = runner(w, &cfg);
-        let warmup = if w == "Idle" { 0 } else { cfg.warmup };
+        let warmup = if w == "Idle" || w == "W3" {
+            0
+        } else {
+            cfg.warmup
+        };
         for _ in 0..warmup {
             run()?;
         }

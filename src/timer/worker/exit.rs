@@ -4,8 +4,9 @@
 //! handing those whose cancellation it won back to `stop()`.
 
 use super::{Pending, Worker};
+use crate::timer::clock::nanos;
 use crate::timer::pool::{Frees, release, release_into};
-use crate::timer::ring::slot_of;
+use crate::timer::ring::{Item, item_of};
 use crate::timer::shared::Shared;
 use crate::timer::sync::Ordering;
 use crate::timer::task::drop_task_logged;
@@ -37,14 +38,13 @@ impl Worker {
         for p in &list {
             // SAFETY: this is the worker thread, leaving.
             let unseen = unsafe {
-                p.close(|entry| {
-                    let (slot, cancel) = slot_of(entry);
-                    if cancel {
+                p.close(|entry| match item_of(entry) {
+                    Item::Cancel(slot) => {
                         cancelled += 1;
                         release(slot);
-                    } else {
-                        leftovers.push(slot);
                     }
+                    Item::New(slot, _) => leftovers.push(slot),
+                    Item::Time(_) => {}
                 })
             };
             cancelled += u64::from(unseen);
@@ -64,6 +64,15 @@ impl Worker {
         // left the counting to us.
         if cancelled > 0 {
             self.count_out(cancelled);
+        }
+        // Deadlines still deferred get one: the rings are closed, so every
+        // timeout was pushed before this reading. (Once the worker is gone
+        // no clock is at hand for them: see `Timeout::deadline`.)
+        if self.shared.defers_readings {
+            let reading = nanos(self.shared.clock.now());
+            for slot in &leftovers {
+                slot.resolve(reading);
+            }
         }
         leftovers.retain(|e| {
             if e.is_cancelled() {
