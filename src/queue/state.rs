@@ -4,8 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use super::consumer::ahead::AheadKeys;
+#[cfg(feature = "async")]
+use super::asynk::coalesce::{AckBatcher, OfferBatcher};
 use super::gate::Gate;
+use super::job::AheadKeys;
 use super::keys::Keys;
 use super::transfer::TransferJob;
 use crate::telemetry::QueueMetrics;
@@ -36,11 +38,11 @@ pub(crate) struct QueueState {
     /// The acks of `ack_async` waiting to go out together (feature
     /// `async`).
     #[cfg(feature = "async")]
-    pub acks: super::asynk::AckBatcher,
+    pub acks: AckBatcher,
     /// The offers of `offer_async` waiting to go out together (feature
     /// `async`).
     #[cfg(feature = "async")]
-    pub offers: super::asynk::OfferBatcher,
+    pub offers: OfferBatcher,
 }
 
 impl QueueState {
