@@ -9,6 +9,11 @@
 //! delivered again by the queue's transfer job (this process's, or any other
 //! process's that has the queue open), with its attempt count raised, until
 //! `max_deliveries` is reached and it goes to the dead letters.
+//!
+//! One of the calls (layer 5 of `queue/`, see `ARCHITECTURE.md`): above
+//! the handle, below `claim.rs` and the consumers; a stream of deliveries
+//! holds one through `Holder` (feature `async`), defined here and
+//! implemented above.
 
 use std::fmt;
 #[cfg(feature = "async")]

@@ -1,5 +1,8 @@
 //! Per-queue state shared by the handles of one queue in one `Redwheel`
 //! and its transfer job.
+//!
+//! Layer 3 of `queue/` (see `ARCHITECTURE.md`): above the base and the
+//! job (`job.rs`), below the handle; what it holds is defined below it.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
