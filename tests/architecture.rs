@@ -1,6 +1,7 @@
 //! ARCHITECTURE.md stays the map of the code: every file under `src/` and
 //! `lua/` is named in it, every path it names exists, every Lua script is
-//! in its key and script table, and no two source files import each other.
+//! in its key and script table, and no source files import each other in a
+//! circle (of any length: each file's imports lead only to lower layers).
 //!
 //! Pure file reading: no Redis, no build of anything.
 
@@ -124,11 +125,6 @@ fn every_lua_script_is_in_the_key_and_script_table() {
         "scripts missing from the key and script table of ARCHITECTURE.md: {missing:?}"
     );
 }
-
-/// Pairs of files that import each other today and are being taken apart
-/// elsewhere (the timer's split, issue 19). A pair that no longer imports
-/// each other must leave this list; no pair may join it.
-const KNOWN_MUTUAL: &[(&str, &str)] = &[];
 
 /// The crate's modules: module path (`crate::queue::keys`) → file (relative
 /// to `src/`). The binary is a crate of its own and is left out.
@@ -323,12 +319,45 @@ fn read_tree(s: &[char], mut i: usize) -> (Vec<Vec<String>>, usize) {
     }
 }
 
-#[test]
-fn no_two_source_files_import_each_other() {
+/// `code` of a folder's front door (`mod.rs`, `lib.rs`) without its
+/// re-exports: a `pub use` there draws no arrow (a file that names an item
+/// through its parent's re-export points at the parent).
+fn without_reexports(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+        .iter()
+        .filter_map(|h| {
+            rest.match_indices(h)
+                .find(|(i, _)| {
+                    *i == 0 || !rest[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                })
+                .map(|(i, _)| i)
+        })
+        .min()
+    {
+        out.push_str(&rest[..at]);
+        rest = match rest[at..].find(';') {
+            Some(end) => &rest[at + end + 1..],
+            None => "",
+        };
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Who imports whom: file (relative to `src/`) → the files it names an item
+/// of. An arrow is a `use` or an inline `crate::`/`super::`/`self::` path
+/// naming an item of another file; a front door's `pub use` re-exports and
+/// `mod` lines draw none (as `shared/tools/import-circles.py` reads them).
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
     let modules = modules();
-    let mut deps: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut deps = BTreeMap::new();
     for (module, file) in &modules {
-        let code = code_of(&fs::read_to_string(root().join("src").join(file)).unwrap());
+        let mut code = code_of(&fs::read_to_string(root().join("src").join(file)).unwrap());
+        if file.ends_with("mod.rs") || file == "lib.rs" {
+            code = without_reexports(&code);
+        }
         let here: Vec<&str> = module.split("::").collect();
         let mut found = BTreeSet::new();
         for path in paths(&code) {
@@ -360,33 +389,126 @@ fn no_two_source_files_import_each_other() {
                 .find(|m| modules.contains_key(m))
                 && target != *module
             {
-                found.insert(modules[&target].as_str());
+                found.insert(modules[&target].clone());
             }
         }
-        deps.insert(file.as_str(), found);
+        deps.insert(file.clone(), found);
     }
-    let mut mutual = Vec::new();
-    for (a, ds) in &deps {
-        for b in ds {
-            if a < b && deps.get(b).is_some_and(|d| d.contains(a)) {
-                mutual.push((a.to_string(), b.to_string()));
+    deps
+}
+
+/// The import circles of `deps`: its strongly connected components of more
+/// than one file (Tarjan's algorithm), each sorted, in a sorted list.
+fn circles(deps: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Tarjan<'a> {
+        deps: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    impl<'a> Tarjan<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let n = self.index.len();
+            self.index.insert(v, n);
+            self.low.insert(v, n);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.deps.get(v).into_iter().flatten() {
+                let w = w.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let lw = self.low[w];
+                    let lv = self.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(lw);
+                } else if self.on_stack.contains(w) {
+                    let iw = self.index[w];
+                    let lv = self.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(iw);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut component = Vec::new();
+                loop {
+                    let w = self.stack.pop().unwrap();
+                    self.on_stack.remove(w);
+                    component.push(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.out.push(component);
+                }
             }
         }
     }
-    let known: BTreeSet<(String, String)> = KNOWN_MUTUAL
+    let mut t = Tarjan {
+        deps,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in deps.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            t.visit(v);
+        }
+    }
+    t.out.sort();
+    t.out
+}
+
+#[test]
+fn no_source_files_import_each_other_in_a_circle() {
+    let found = circles(&imports());
+    let listed: Vec<String> = found
         .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .map(|c| format!("{} files: {}", c.len(), c.join(", ")))
         .collect();
-    let new: Vec<_> = mutual.iter().filter(|p| !known.contains(*p)).collect();
     assert!(
-        new.is_empty(),
-        "these files import each other; make one of them the lower layer: {new:?}"
+        found.is_empty(),
+        "these files import each other in a circle (of any length); make the \
+         files of each one layers, a file importing only lower ones:\n  {}",
+        listed.join("\n  ")
     );
-    let mended: Vec<_> = known.iter().filter(|p| !mutual.contains(p)).collect();
-    assert!(
-        mended.is_empty(),
-        "these pairs no longer import each other; remove them from KNOWN_MUTUAL: {mended:?}"
-    );
+}
+
+#[test]
+fn a_circle_of_any_length_is_found_and_a_chain_is_not() {
+    let deps = |edges: &[(&str, &str)]| {
+        let mut d: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            d.entry(a.to_string()).or_default().insert(b.to_string());
+            d.entry(b.to_string()).or_default();
+        }
+        d
+    };
+    // a → b → c → a (no two import each other), and d ↔ e; f hangs off both.
+    let found = circles(&deps(&[
+        ("a", "b"),
+        ("b", "c"),
+        ("c", "a"),
+        ("d", "e"),
+        ("e", "d"),
+        ("f", "a"),
+        ("c", "f2"),
+        ("f", "d"),
+    ]));
+    assert_eq!(found, [vec!["a", "b", "c"], vec!["d", "e"]]);
+    // A chain and a diamond: layers, no circle.
+    let found = circles(&deps(&[("a", "b"), ("b", "c"), ("a", "c"), ("c", "d")]));
+    assert!(found.is_empty(), "{found:?}");
+}
+
+#[test]
+fn a_front_door_reexport_draws_no_arrow() {
+    let code =
+        "pub use self::a::A;\n#[cfg(x)]\npub(crate) use self::b::{B,\n C};\nuse self::c::D;\n";
+    assert_eq!(without_reexports(code), "\n#[cfg(x)]\n\nuse self::c::D;\n");
 }
 
 #[test]

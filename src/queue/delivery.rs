@@ -9,8 +9,17 @@
 //! delivered again by the queue's transfer job (this process's, or any other
 //! process's that has the queue open), with its attempt count raised, until
 //! `max_deliveries` is reached and it goes to the dead letters.
+//!
+//! One of the calls (layer 5 of `queue/`, see `ARCHITECTURE.md`): above
+//! the handle, below `claim.rs` and the consumers; a stream of deliveries
+//! holds one through `Holder` (feature `async`), defined here and
+//! implemented above.
 
 use std::fmt;
+#[cfg(feature = "async")]
+use std::sync::Arc;
+#[cfg(feature = "async")]
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -41,7 +50,51 @@ pub struct Delivery<T> {
     /// Held by a stream of deliveries, which extends it until it is acked,
     /// nacked or dropped (feature `async`).
     #[cfg(feature = "async")]
-    pub(super) held: Option<super::consumer::running::Held>,
+    pub(super) held: Option<Held>,
+}
+
+/// What holds a delivery until it is done with (acked, nacked, dropped):
+/// a stream of deliveries (`queue/consumer/stream.rs`), which extends it
+/// until then. Defined here, below the consumers, and implemented there.
+#[cfg(feature = "async")]
+pub(crate) trait Holder: Send + Sync {
+    /// The delivery held as `key` is done with: no longer extended.
+    fn done(&self, key: usize);
+}
+
+/// A delivery's hold by its [`Holder`] (feature `async`), told once that
+/// it is done with: at its ack or nack, or when the delivery is dropped.
+#[cfg(feature = "async")]
+pub(crate) struct Held {
+    holder: Arc<dyn Holder>,
+    key: usize,
+    done: AtomicBool,
+}
+
+#[cfg(feature = "async")]
+impl Held {
+    /// Held as `key` by `holder`.
+    pub(crate) fn new(holder: Arc<dyn Holder>, key: usize) -> Held {
+        Held {
+            holder,
+            key,
+            done: AtomicBool::new(false),
+        }
+    }
+
+    /// Done with it (acked, nacked, dropped): tells its holder, once.
+    pub(crate) fn done(&self) {
+        if !self.done.swap(true, Ordering::AcqRel) {
+            self.holder.done(self.key);
+        }
+    }
+}
+
+#[cfg(feature = "async")]
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 impl<T: fmt::Debug> fmt::Debug for Delivery<T> {

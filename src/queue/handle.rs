@@ -2,6 +2,10 @@
 //! queue's transfer job and wake channel with the runtime the first time),
 //! and what every operation on it shares: its name on errors, encoding
 //! and size checks, delays in ms.
+//!
+//! Layer 4 of `queue/` (see `ARCHITECTURE.md`): above the state and the
+//! job; the operations (`impl Queue` blocks in their own files) are above
+//! it.
 
 use std::borrow::Cow;
 use std::fmt;

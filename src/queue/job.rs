@@ -26,6 +26,12 @@
 //! dead process still never strands work for longer than the interval:
 //! every script that adds a due time, a deadline or a schedule lowers
 //! those fields in the same step.
+//!
+//! [`AheadKeys`] is here too: the pools claiming ahead
+//! (`queue/consumer/ahead/`) that the job (and the `wake` listener) tell
+//! of due times a window early. Layer: the queue's due-time plumbing,
+//! below the state (`state.rs`) and the handle; it imports only the
+//! lowest layer (keys, the transfer, the schedules' copy and replies).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,15 +41,49 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redis::Value;
 
-use super::consumer::ahead::AheadKeys;
 use super::keys::Keys;
 use super::schedules::mirror::{AHEAD_MS, Group, LEAD_MS, Mirror};
 use super::schedules::stored::{FireReply, parse_fire, parse_head, parse_queue_head, parse_read};
 use super::transfer::TransferJob;
 use crate::error::{Error, ErrorKind};
+use crate::runtime::driver::Driver;
 use crate::runtime::{Commands, Deadline, Job, Next, Runtime, slot};
 use crate::scripts::{self, FIRE_GROUPS_MAX};
 use crate::telemetry::ScheduleMetrics;
+
+/// The driver keys of this process's pools that claim ahead from one
+/// queue, with their windows: announcements of the queue's next due time
+/// reach them a window early.
+#[derive(Default)]
+pub(crate) struct AheadKeys(Mutex<Vec<(Arc<str>, Duration)>>);
+
+impl AheadKeys {
+    /// Adds the pool whose driver key is `key`, claiming `window` ahead.
+    pub(crate) fn add(&self, key: &Arc<str>, window: Duration) {
+        self.0.lock().push((Arc::clone(key), window));
+    }
+
+    /// Removes the pool whose driver key is `key`.
+    pub(crate) fn remove(&self, key: &str) {
+        self.0.lock().retain(|(k, _)| &**k != key);
+    }
+
+    /// Tells each pool claiming ahead that a message falls due `at`: it
+    /// runs a window before.
+    pub(crate) fn announce(&self, driver: &Driver, at: Deadline) {
+        let list = self.0.lock();
+        for (key, window) in list.iter() {
+            let at = match at {
+                Deadline::Now => Deadline::Now,
+                Deadline::After(d) => Deadline::After(d.saturating_sub(*window)),
+                Deadline::ServerMs(ms) => {
+                    Deadline::ServerMs(ms.saturating_sub(window.as_millis() as i64))
+                }
+            };
+            driver.announce(key, at);
+        }
+    }
+}
 
 /// Schedules per `schedule_fire.lua` call in a round; each call is
 /// followed by a transfer, so the first occurrences are ready (and

@@ -148,6 +148,12 @@
 //! [`ErrorKind::OutcomeUnknown`]: crate::ErrorKind::OutcomeUnknown
 //! [`Redwheel`]: crate::Redwheel
 
+// The files are in layers, each importing only its own and lower ones
+// (ARCHITECTURE.md lists them): 1 the base (codec, stored, keys, ids,
+// message, options, gate, limits, request, transfer, schedules' stored and
+// mirror, asynk's coalesce), 2 the job, 3 the state, 4 the handle, 5 the
+// calls (`impl Queue`: pop, delivery, claim, take, offer, …), 6 on top
+// (consumer, asynk, inspect).
 #[cfg(feature = "async")]
 mod asynk;
 mod claim;

@@ -1,11 +1,16 @@
 //! Per-queue state shared by the handles of one queue in one `Redwheel`
 //! and its transfer job.
+//!
+//! Layer 3 of `queue/` (see `ARCHITECTURE.md`): above the base and the
+//! job (`job.rs`), below the handle; what it holds is defined below it.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use super::consumer::ahead::AheadKeys;
+#[cfg(feature = "async")]
+use super::asynk::coalesce::{AckBatcher, OfferBatcher};
 use super::gate::Gate;
+use super::job::AheadKeys;
 use super::keys::Keys;
 use super::transfer::TransferJob;
 use crate::telemetry::QueueMetrics;
@@ -36,11 +41,11 @@ pub(crate) struct QueueState {
     /// The acks of `ack_async` waiting to go out together (feature
     /// `async`).
     #[cfg(feature = "async")]
-    pub acks: super::asynk::AckBatcher,
+    pub acks: AckBatcher,
     /// The offers of `offer_async` waiting to go out together (feature
     /// `async`).
     #[cfg(feature = "async")]
-    pub offers: super::asynk::OfferBatcher,
+    pub offers: OfferBatcher,
 }
 
 impl QueueState {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::coalesce::{Answer, Coalescer, copy_error};
+use super::coalesce::{Answer, PendingAck, copy_error};
 
 use crate::error::{Access, Error, ErrorKind};
 use crate::queue::claim::claim_keys;
@@ -32,17 +32,6 @@ use crate::scripts;
 
 /// Most acks one batch carries.
 const MAX_BATCH: usize = 1_000;
-
-/// One ack waiting for its batch: what it acks and where its answer goes
-/// (the `ack.lua` reply it stands for: 1 acked, 0 gone, -1 refused).
-pub(crate) struct PendingAck {
-    id: String,
-    token: String,
-    answer: Arc<Answer<i64>>,
-}
-
-/// The acks of one queue waiting for the batch on the wire to come back.
-pub(crate) type AckBatcher = Coalescer<PendingAck>;
 
 /// Queues the ack of `id` under claim `token`; its answer comes in the
 /// returned cell. Sends a batch at once if none is on the wire.

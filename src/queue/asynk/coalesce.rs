@@ -6,6 +6,12 @@
 //!
 //! Each waiting call gets its answer through an [`Answer`], whose cell
 //! wakes its future.
+//!
+//! The lowest layer of `asynk/`: the queue's state (`queue/state.rs`)
+//! holds one [`AckBatcher`] and one [`OfferBatcher`], so they and what
+//! waits in them ([`PendingAck`], [`PendingOffer`]) are here, below the
+//! state; what sends them is above it (`acks.rs`, `offer.rs`). This file
+//! imports nothing of the queue.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,7 +19,6 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::{Error, ErrorKind};
-use crate::queue::state::QueueState;
 use crate::runtime::{Cell, contained, detach};
 
 /// A call's answer, and the cell that wakes its future.
@@ -70,16 +75,17 @@ impl<P: Send + 'static> Coalescer<P> {
     /// Queues `item`. If no batch is on the wire, sends what waits now
     /// (this item alone, on a quiet queue) with `send`, on a task of the
     /// runtime's, then each batch that gathered meanwhile, up to `max` a
-    /// batch, until none is left. `which` finds this coalescer in the
-    /// queue's state.
-    pub(crate) fn push<Fut>(
+    /// batch, until none is left. `which` finds this coalescer in `state`
+    /// (the queue's state, which holds it).
+    pub(crate) fn push<S, Fut>(
         &self,
-        state: &Arc<QueueState>,
-        which: fn(&QueueState) -> &Coalescer<P>,
+        state: &Arc<S>,
+        which: fn(&S) -> &Coalescer<P>,
         max: usize,
         item: P,
-        send: impl Fn(Arc<QueueState>, Vec<P>) -> Fut + Send + 'static,
+        send: impl Fn(Arc<S>, Vec<P>) -> Fut + Send + 'static,
     ) where
+        S: Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let batch = {
@@ -111,6 +117,31 @@ fn take_batch<P>(pending: &mut Vec<P>, max: usize) -> Vec<P> {
     let n = pending.len().min(max);
     pending.drain(..n).collect()
 }
+
+/// One ack waiting for its batch (`acks.rs`): what it acks and where its
+/// answer goes (the `ack.lua` reply it stands for: 1 acked, 0 gone, -1
+/// refused).
+pub(crate) struct PendingAck {
+    pub(super) id: String,
+    pub(super) token: String,
+    pub(super) answer: Arc<Answer<i64>>,
+}
+
+/// The acks of one queue waiting for the batch on the wire to come back.
+pub(crate) type AckBatcher = Coalescer<PendingAck>;
+
+/// One offer of `offer_async` or `offer_with_id_async` waiting for its
+/// call (`offer.rs`): its delay (ms), id and encoded payload, and where its
+/// answer goes (true: written, false: its id was known).
+pub(crate) struct PendingOffer {
+    pub(super) ms: u64,
+    pub(super) id: String,
+    pub(super) bytes: Vec<u8>,
+    pub(super) answer: Arc<Answer<bool>>,
+}
+
+/// The offers of one queue waiting for the call on the wire to come back.
+pub(crate) type OfferBatcher = Coalescer<PendingOffer>;
 
 /// An error for each of a batch's callers (errors are not `Clone`).
 pub(crate) fn copy_error(e: &Error) -> Error {

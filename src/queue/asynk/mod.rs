@@ -28,7 +28,7 @@
 
 mod acks;
 mod claim;
-mod coalesce;
+pub(super) mod coalesce;
 mod delivery;
 mod lost;
 mod offer;
@@ -43,8 +43,6 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-pub(crate) use self::acks::AckBatcher;
-pub(crate) use self::offer::OfferBatcher;
 use super::codec::Codec;
 use super::handle::Queue;
 use super::pop::Unresolved;

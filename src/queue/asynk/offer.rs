@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::coalesce::{Answer, Coalescer, copy_error};
+use super::coalesce::{Answer, PendingOffer, copy_error};
 use crate::error::{Access, Error, ErrorKind};
 use crate::queue::codec::Codec;
 use crate::queue::handle::{Queue, check_id};
@@ -228,19 +228,6 @@ impl<T: Codec> Queue<T> {
         Ok((encoded.into_iter().map(|(id, _, _)| id).collect(), commands))
     }
 }
-
-/// One offer of `offer_async` or `offer_with_id_async` waiting for its
-/// call: its delay (ms), id and encoded payload, and where its answer goes
-/// (true: written, false: its id was known).
-pub(crate) struct PendingOffer {
-    ms: u64,
-    id: String,
-    bytes: Vec<u8>,
-    answer: Arc<Answer<bool>>,
-}
-
-/// The offers of one queue waiting for the call on the wire to come back.
-pub(crate) type OfferBatcher = Coalescer<PendingOffer>;
 
 /// Sends a batch of offers and answers each: one `offer.lua` call for one
 /// offer, one `offer_batch.lua` call (ids checked, a flag per offer) for

@@ -3,13 +3,15 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 #[cfg(feature = "async")]
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+#[cfg(feature = "async")]
+use crate::queue::delivery::Holder;
 use crate::runtime::Backoff;
 #[cfg(feature = "async")]
 use crate::runtime::{Cell, Runtime};
@@ -82,37 +84,12 @@ impl Drop for Shared {
 }
 
 #[cfg(feature = "async")]
-/// A delivery held by a stream: extended until acked, nacked or dropped.
-pub(crate) struct Held {
-    shared: Arc<Shared>,
-    key: usize,
-    done: AtomicBool,
-}
-
-#[cfg(feature = "async")]
-impl Held {
-    /// Held as `key` in `shared`'s running map.
-    pub(super) fn new(shared: &Arc<Shared>, key: usize) -> Held {
-        Held {
-            shared: Arc::clone(shared),
-            key,
-            done: AtomicBool::new(false),
-        }
-    }
-
-    /// Done with it (acked, nacked, dropped): no longer extended.
-    pub(crate) fn done(&self) {
-        if !self.done.swap(true, Ordering::AcqRel) {
-            self.shared.inner.running.lock().remove(&self.key);
-            let room = Arc::clone(&self.shared.room.lock());
-            room.fire();
-        }
-    }
-}
-
-#[cfg(feature = "async")]
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.done();
+impl Holder for Shared {
+    /// A held delivery is done with (acked, nacked, dropped): no longer
+    /// extended, and room for another claim.
+    fn done(&self, key: usize) {
+        self.inner.running.lock().remove(&key);
+        let room = Arc::clone(&self.room.lock());
+        room.fire();
     }
 }

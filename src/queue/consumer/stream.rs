@@ -15,10 +15,10 @@ use std::time::Instant;
 use futures_core::Stream;
 use parking_lot::Mutex;
 
-use super::running::{Held, Inner, Running, Shared};
+use super::running::{Inner, Running, Shared};
 use crate::error::{Error, ErrorKind};
 use crate::queue::codec::Codec;
-use crate::queue::delivery::Delivery;
+use crate::queue::delivery::{Delivery, Held, Holder};
 use crate::queue::handle::Queue;
 use crate::queue::options::ConsumerOptions;
 use crate::runtime::Cell;
@@ -152,7 +152,7 @@ impl<T: Codec> Deliveries<T> {
                         released: Arc::default(),
                     },
                 );
-                d.held = Some(Held::new(&self.shared, key));
+                d.held = Some(Held::new(Arc::clone(&self.shared) as Arc<dyn Holder>, key));
                 d
             }));
         }

@@ -6,7 +6,7 @@
 //!
 //! When the job runs: when its own reply says the next message falls into
 //! the window; when a wake-up of the queue announces a new head (the
-//! queue's [`AheadKeys`], told by the `wake` listener and, after each
+//! queue's `AheadKeys` (`queue/job.rs`), told by the `wake` listener and, after each
 //! transfer, by the queue's own job, since occurrences fired ahead are not
 //! published) or a change of its controls, shifted earlier by the window;
 //! when a worker finishes (acks to send, room to claim more); at a due time
@@ -63,38 +63,6 @@ use self::pace::Pacer;
 
 /// How long a finished handler's ack waits for others to go out with it.
 const ACK_GATHER: Duration = Duration::from_millis(2);
-
-/// The driver keys of this process's pools that claim ahead from one
-/// queue, with their windows: announcements of the queue's next due time
-/// reach them a window early.
-#[derive(Default)]
-pub(crate) struct AheadKeys(Mutex<Vec<(Arc<str>, Duration)>>);
-
-impl AheadKeys {
-    fn add(&self, key: &Arc<str>, window: Duration) {
-        self.0.lock().push((Arc::clone(key), window));
-    }
-
-    fn remove(&self, key: &str) {
-        self.0.lock().retain(|(k, _)| &**k != key);
-    }
-
-    /// Tells each pool claiming ahead that a message falls due `at`: it
-    /// runs a window before.
-    pub(crate) fn announce(&self, driver: &crate::runtime::driver::Driver, at: Deadline) {
-        let list = self.0.lock();
-        for (key, window) in list.iter() {
-            let at = match at {
-                Deadline::Now => Deadline::Now,
-                Deadline::After(d) => Deadline::After(d.saturating_sub(*window)),
-                Deadline::ServerMs(ms) => {
-                    Deadline::ServerMs(ms.saturating_sub(window.as_millis() as i64))
-                }
-            };
-            driver.announce(key, at);
-        }
-    }
-}
 
 /// A message claimed ahead.
 pub(super) struct Claimed<T> {
