@@ -88,20 +88,8 @@ fn a_message_whose_wake_up_was_lost_is_moved_by_the_guard_sweep() {
     // listens.
     let added = run_script(
         &server,
-        &[
-            include_str!("../lua/head.lua"),
-            include_str!("../lua/offer_lib.lua"),
-            include_str!("../lua/offer.lua"),
-        ],
-        &[
-            "redwheel:{sweep}:delayed",
-            "redwheel:{sweep}:msg",
-            NOWHERE,
-            "redwheel:{sweep}:head",
-            "redwheel:{sweep}:controls",
-            "redwheel:{sweep}:dead",
-            "redwheel:{sweep}:ready",
-        ],
+        &offer_sources(false),
+        &OFFER_KEYS,
         &["r", "100", "lost", "payload"],
     );
     assert!(matches!(added, redis::Value::Int(due) if due > 0));
