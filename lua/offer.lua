@@ -27,8 +27,8 @@
 -- transferred; both are written together. A message due now (due <= the server's now) while
 -- nothing in `delayed` is due goes straight to the tail of `ready` instead, as transfer.lua
 -- would move it (in due order: everything before it on `ready` is due too, nothing due waits
--- in `delayed`), without the ZADD and the transfer's work: one RPUSH, and the wake-up with its
--- due time as for a new head. Due times never come from a client clock
+-- in `delayed`), without the ZADD and the transfer's work: one RPUSH, and, when `ready` was
+-- empty, the wake-up with its due time as for a new head. Due times never come from a client clock
 -- for relative delays. `wake` carries the due time only when it is earlier than every
 -- due already waiting (the message became the head), so transfer tasks learn about
 -- earlier heads, never later ones; `head` is lowered to it likewise. The length never
@@ -57,10 +57,13 @@ if redis.call('HSETNX', KEYS[2], ARGV[3], dues .. ':' .. ARGV[4]) == 0 then
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if due <= now and (head[2] == nil or tonumber(head[2]) > now) then
-  redis.call('RPUSH', KEYS[7], ARGV[3])
-  -- As when it becomes the head of `delayed`: every process's transfer job runs now, and
-  -- wakes the takes and claims waiting in it (async ones wait for that, not on the list).
-  redis.call('SPUBLISH', KEYS[3], dues)
+  -- Onto an empty `ready`, announced as a new head of `delayed` is: every process's transfer
+  -- job runs now and wakes the takes and claims waiting in it (async ones wait for that, not
+  -- on the list). Onto a non-empty one, nobody waits for it: whoever takes what is there
+  -- wakes the next waiter.
+  if redis.call('RPUSH', KEYS[7], ARGV[3]) == 1 then
+    redis.call('SPUBLISH', KEYS[3], dues)
+  end
   return due
 end
 redis.call('ZADD', KEYS[1], dues, ARGV[3])

@@ -32,7 +32,7 @@
 -- overwritten. All or nothing under max_len: the length never passes it. When nothing in
 -- `delayed` is due, the messages due now (due <= the server's now) go straight to the tail of
 -- `ready`, in batch order, with one RPUSH, as transfer.lua would move them (see offer.lua),
--- and the one SPUBLISH is of now; the others go to `delayed`. (lower_head comes from head.lua, full
+-- and the one SPUBLISH is of now when `ready` was empty; the others go to `delayed`. (lower_head comes from head.lua, full
 -- and due_at from offer_lib.lua, put in front of this script by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -110,9 +110,9 @@ if #zargs > 0 then
     min_due = nil
   end
 end
-if #rargs > 0 then
-  redis.call('RPUSH', KEYS[7], unpack(rargs))
-  -- Announced as a new head is (see offer.lua): the transfer jobs wake the waiting takes.
+if #rargs > 0 and redis.call('RPUSH', KEYS[7], unpack(rargs)) == #rargs then
+  -- Onto an empty `ready`: announced as a new head is (see offer.lua), so the transfer jobs
+  -- wake the waiting takes.
   min_due = now
 end
 if min_due then
