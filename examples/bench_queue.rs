@@ -2,7 +2,7 @@
 //! line per run.
 //!
 //! ```text
-//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5c,q5t,q6,mem,restart,failover]
+//! cargo run --release --example bench_queue -- [q1,q1m,q2,q3,q4,q5,q5c,q5t,q6,mem,restart,failover,bb1,bb2,bb3,bb4]
 //!     [--reps 3] [--q4-claimers 4] [--q5-n 1000000] [--q6-queues 100] [--q6-secs 30]
 //!     [--cluster]
 //! ```
@@ -38,6 +38,21 @@
 //!   counts it: `used_memory` (`INFO memory`) after 100,000 64-byte
 //!   messages due in an hour were offered (batches of 1,000), minus
 //!   before, over 100,000.
+//! * BB1–BB4 (BENCHMARKS.md "Engine workloads", bullmq-bench's scenarios
+//!   scaled ×5), each on a flushed server with its statistics reset:
+//!   `bb1` 10,000 single offers, each awaited, of a 10×10 nested-uuid JSON
+//!   payload (~3.9 kB), due now; `bb2` 50,000 `{"a":1}` in `offer_batch`es
+//!   of 50, due now; `bb3` 20,000 ready messages, then a pool of
+//!   concurrency 1 (no-op handler) until all are acked; `bb4` the same with
+//!   50,000 and concurrency 100. For bb3/bb4 the messages are offered (due
+//!   now) and moved to `ready` before the clock starts, as BullMQ's adds
+//!   are outside its measure; that phase is printed apart (`fill_us_per_job`).
+//!   Each prints jobs/s, redis-server CPU µs per job (`INFO cpu`
+//!   used_cpu_user + used_cpu_sys over the run, over the jobs), and the
+//!   profile: µs per job of each command (`INFO commandstats`; the commands
+//!   scripts call are counted under their own names, inside `evalsha`'s).
+//!   With `--slowlog`, a small run is logged at threshold 0 and the
+//!   scripts are printed apart (by their first key and key count).
 //! * Q1m: 100,000 offers from three threads, each offering to its own queue
 //!   (on a cluster, the three queues live on three different masters).
 //! * failover (cluster only): a producer offers every ms (10 ms delays) and
@@ -65,7 +80,7 @@ mod splitmix;
 mod throwaway_cluster;
 #[path = "support/throwaway_redis.rs"]
 mod throwaway_redis;
-use measure::{percentile, process_cpu, server_totals};
+use measure::{info_field, percentile, process_cpu, server_totals};
 use splitmix::SplitMix64;
 use throwaway_cluster::ThrowawayCluster;
 use throwaway_redis::ThrowawayRedis;
@@ -683,6 +698,270 @@ fn restart(rep: usize) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// A connection of its own to the server under test, for its counters.
+struct Probe {
+    con: redis::Connection,
+}
+
+/// `INFO commandstats`: command → (calls, µs).
+type CommandStats = std::collections::BTreeMap<String, (u64, u64)>;
+
+impl Probe {
+    fn open(url: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        Ok(Probe {
+            con: redis::Client::open(url)?.get_connection()?,
+        })
+    }
+
+    /// Flushes the server and resets its statistics.
+    fn reset(&mut self) -> Result<(), Box<dyn std::error::Error>> {
+        redis::cmd("FLUSHALL").query::<()>(&mut self.con)?;
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query::<()>(&mut self.con)?;
+        Ok(())
+    }
+
+    /// redis-server CPU seconds so far (user + system).
+    fn cpu(&mut self) -> Result<f64, Box<dyn std::error::Error>> {
+        Ok(info_field(&mut self.con, "cpu", "used_cpu_user")?
+            + info_field(&mut self.con, "cpu", "used_cpu_sys")?)
+    }
+
+    fn commandstats(&mut self) -> Result<CommandStats, Box<dyn std::error::Error>> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.con)?;
+        let mut out = CommandStats::new();
+        for line in info.lines() {
+            let Some(rest) = line.strip_prefix("cmdstat_") else {
+                continue;
+            };
+            let Some((name, fields)) = rest.split_once(':') else {
+                continue;
+            };
+            let field = |k: &str| -> u64 {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(k))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            out.insert(name.to_owned(), (field("calls="), field("usec=")));
+        }
+        Ok(out)
+    }
+}
+
+/// The profile between two readings as JSON: command → µs per job, calls
+/// per job (commands with under 0.01 µs per job left out).
+fn profile_json(before: &CommandStats, after: &CommandStats, jobs: usize) -> String {
+    let mut rows: Vec<(String, f64, f64)> = after
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "info" | "config" | "flushall" | "slowlog"))
+        .map(|(name, &(calls, us))| {
+            let (c0, u0) = before.get(name).copied().unwrap_or((0, 0));
+            (
+                name.clone(),
+                (us - u0) as f64 / jobs as f64,
+                (calls - c0) as f64 / jobs as f64,
+            )
+        })
+        .filter(|r| r.1 >= 0.01)
+        .collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let inner: Vec<String> = rows
+        .iter()
+        .map(|(n, us, calls)| format!(r#""{n}":[{us:.2},{calls:.3}]"#))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// A 10×10 nested-uuid JSON object (~3.9 kB), as bullmq-bench's add
+/// scenario sends.
+fn nested_uuids() -> String {
+    let mut rng = SplitMix64(7);
+    let mut uuid = || {
+        let (a, b) = (rng.next(), rng.next());
+        format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0xfff,
+            (b >> 48) & 0x3fff | 0x8000,
+            b & 0xffff_ffff_ffff
+        )
+    };
+    let keys: Vec<String> = (0..10)
+        .map(|i| {
+            let list: Vec<String> = (0..10).map(|_| format!(r#""{}""#, uuid())).collect();
+            format!(r#""k{i}":[{}]"#, list.join(","))
+        })
+        .collect();
+    format!("{{{}}}", keys.join(","))
+}
+
+/// One BB scenario (see the module docs); `slowlog`: log every command of
+/// the run (threshold 0) and print the scripts' µs per job apart.
+fn bb(
+    rw: &Redwheel,
+    url: &str,
+    which: &str,
+    rep: usize,
+    slowlog: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut probe = Probe::open(url)?;
+    probe.reset()?;
+    let name = format!("bench-{which}");
+    let q = rw.queue::<String>(&name)?;
+    let tiny = r#"{"a":1}"#.to_owned();
+    let (n, concurrency) = match which {
+        "bb1" => (10_000, 0),
+        "bb2" => (50_000, 0),
+        "bb3" => (20_000, 1),
+        _ => (50_000, 100),
+    };
+    // Fill for the worker scenarios, outside the measure (as BullMQ's
+    // adds): offered due now, then moved to `ready` by the queue's job.
+    let mut fill = String::new();
+    if concurrency > 0 {
+        let c0 = probe.cpu()?;
+        let batch: Vec<(String, Duration)> =
+            (0..1_000).map(|_| (tiny.clone(), Duration::ZERO)).collect();
+        for _ in 0..n / 1_000 {
+            q.offer_batch(&batch)?;
+        }
+        let key = format!("redwheel:{{{name}}}:delayed");
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while redis::cmd("ZCARD").arg(&key).query::<u64>(&mut probe.con)? > 0 {
+            if Instant::now() > give_up {
+                return Err("the fill was not transferred within 60 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        fill = format!(
+            r#","fill_us_per_job":{:.2}"#,
+            (probe.cpu()? - c0) * 1e6 / n as f64
+        );
+    }
+    if slowlog {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(0)
+            .arg("slowlog-max-len")
+            .arg(1_000_000)
+            .query::<()>(&mut probe.con)?;
+        redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query::<()>(&mut probe.con)?;
+    }
+    let stats0 = probe.commandstats()?;
+    let c0 = probe.cpu()?;
+    let t0 = Instant::now();
+    let secs = match which {
+        "bb1" => {
+            let big = nested_uuids();
+            for _ in 0..n {
+                q.offer(&big, Duration::ZERO)?;
+            }
+            t0.elapsed().as_secs_f64()
+        }
+        "bb2" => {
+            let batch: Vec<(String, Duration)> =
+                (0..50).map(|_| (tiny.clone(), Duration::ZERO)).collect();
+            for _ in 0..n / 50 {
+                q.offer_batch(&batch)?;
+            }
+            t0.elapsed().as_secs_f64()
+        }
+        _ => {
+            let done = Arc::new(AtomicUsize::new(0));
+            let (all_tx, all) = std::sync::mpsc::channel::<Instant>();
+            let pool = {
+                let done = Arc::clone(&done);
+                q.consume(
+                    redwheel::ConsumerOptions::default().concurrency(concurrency),
+                    move |_d| -> Result<(), String> {
+                        if done.fetch_add(1, Ordering::SeqCst) + 1 == n {
+                            let _ = all_tx.send(Instant::now());
+                        }
+                        Ok(())
+                    },
+                )?
+            };
+            let last = all.recv_timeout(Duration::from_secs(300))?;
+            // The last acks go out at the shutdown: inside the CPU measure.
+            pool.shutdown(Duration::from_secs(10))?;
+            (last - t0).as_secs_f64()
+        }
+    };
+    let cpu = probe.cpu()? - c0;
+    let stats1 = probe.commandstats()?;
+    let load = std::fs::read_to_string("/proc/loadavg")?;
+    let load1 = load.split_whitespace().next().unwrap_or("?");
+    println!(
+        r#"{{"test":"{which}","rep":{rep},"n":{n},"seconds":{secs:.3},"jobs_per_s":{:.0},"redis_us_per_job":{:.2}{fill},"load1":{load1},"profile_us_calls_per_job":{}}}"#,
+        n as f64 / secs,
+        cpu * 1e6 / n as f64,
+        profile_json(&stats0, &stats1, n)
+    );
+    if slowlog {
+        slowlog_scripts(&mut probe.con, n)?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(10_000)
+            .query::<()>(&mut probe.con)?;
+    }
+    q.clear()?;
+    Ok(())
+}
+
+/// Prints the µs per job and calls of each script the slow log recorded,
+/// labelled by the script's key count and first key's last part.
+fn slowlog_scripts(
+    con: &mut redis::Connection,
+    jobs: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(con)?;
+    let mut by: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for e in entries {
+        let redis::Value::Array(f) = e else { continue };
+        let us: u64 = redis::from_redis_value(f[2].clone())?;
+        let args: Vec<String> = match &f[3] {
+            redis::Value::Array(a) => a
+                .iter()
+                .map(|v| redis::from_redis_value::<String>(v.clone()).unwrap_or_default())
+                .collect(),
+            _ => continue,
+        };
+        let label = match args.first().map(|a| a.to_ascii_lowercase()).as_deref() {
+            Some("evalsha") if args.len() > 3 => {
+                let first = args[3].rsplit(':').next().unwrap_or("?");
+                format!(
+                    "evalsha {} keys={} first={first}",
+                    &args[1][..8.min(args[1].len())],
+                    args[2]
+                )
+            }
+            Some(cmd) => cmd.to_owned(),
+            None => continue,
+        };
+        let row = by.entry(label).or_default();
+        row.0 += 1;
+        row.1 += us;
+    }
+    for (label, (calls, us)) in by {
+        println!(
+            r#"{{"slowlog":"{label}","calls":{calls},"us_per_job":{:.2},"us_per_call":{:.1}}}"#,
+            us as f64 / jobs as f64,
+            us as f64 / calls as f64
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut tests: Vec<String> = ["q1", "q2", "q3", "q5t", "q5"].map(String::from).to_vec();
@@ -691,6 +970,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut q6_queues = 100;
     let mut q6_secs = 30;
     let mut q4_claimers = None;
+    let slowlog = args.iter().any(|a| a == "--slowlog");
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -714,7 +994,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 q6_secs = args[i + 1].parse()?;
                 i += 1;
             }
-            "--cluster" => {}
+            "--cluster" | "--slowlog" => {}
             list => tests = list.split(',').map(String::from).collect(),
         }
         i += 1;
@@ -761,6 +1041,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "q5t" => q5(&rw, &url, rep, q5_n, 0, false)?,
                 "q6" => q6(&rw, &urls, rep, q6_queues, q6_secs)?,
                 "mem" => mem(&rw, &url, rep)?,
+                "bb1" | "bb2" | "bb3" | "bb4" => bb(&rw, &url, t, rep, slowlog)?,
                 "restart" => restart(rep)?,
                 "failover" => match cluster.as_mut() {
                     Some(c) => failover(&rw, c, rep)?,

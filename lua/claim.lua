@@ -11,7 +11,7 @@
 -- KEYS[6]  redwheel:{N}:counts       HASH  'delivered' -> messages handed out so far (take and
 --                                          claim); 'expired' -> messages that expired
 -- KEYS[7]  redwheel:{N}:stale        HASH  id -> entries of `ready` left by removed messages
--- KEYS[8]  redwheel:{N}:reply:<process>.<slot>  HASH  this request's reply record (TTL)
+-- KEYS[8]  redwheel:{N}:reply:<process>.<slot>  STRING  this request's reply record (TTL)
 -- KEYS[9]  redwheel:{N}:head         HASH  field `due`: lower bound of every due and deadline
 --                                          (head.lua)
 -- KEYS[10] redwheel:{N}:controls     HASH  paused, rate_max, rate_per (ms), max_in_flight,
@@ -259,10 +259,15 @@ if count > 1 and not any_stale and not prioritized and not c[6] then
     local at = string.format('%d', deadline)
     for j = 1, claimed do
       local id = got[j]
-      local attempt = tonumber(before[j] or '0') + 1
+      -- (A first delivery stores the string '1': no number to format.)
+      local attempt, stored = 1, '1'
+      if before[j] then
+        attempt = tonumber(before[j]) + 1
+        stored = attempt
+      end
       local token = ARGV[2] .. ':' .. j
       attempts[2 * j - 1] = id
-      attempts[2 * j] = attempt
+      attempts[2 * j] = stored
       deadlines[2 * j - 1] = at
       deadlines[2 * j] = id
       leases[2 * j - 1] = id

@@ -9,7 +9,7 @@
 -- KEYS[4]  redwheel:{N}:lease        HASH  id -> token of its current claim
 -- KEYS[5]  redwheel:{N}:attempts     HASH  id -> deliveries so far
 -- KEYS[6]  redwheel:{N}:counts       HASH  'delivered' -> messages handed out so far
--- KEYS[7]  redwheel:{N}:reply:<process>.<slot>  HASH  this request's reply record (TTL)
+-- KEYS[7]  redwheel:{N}:reply:<process>.<slot>  STRING  this request's reply record (TTL)
 -- KEYS[8]  redwheel:{N}:head         HASH  field `due`: lower bound of every due and deadline
 -- KEYS[9]  redwheel:{N}:controls     HASH  its presence alone matters here, and the flag
 --                                    release_waiters (a claim waits for an in-flight slot)

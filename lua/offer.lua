@@ -7,6 +7,7 @@
 -- KEYS[4]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- KEYS[5]  redwheel:{N}:controls  HASH  max_len (absent: no bound)
 -- KEYS[6]  redwheel:{N}:dead      ZSET  the dead letters (not counted in the length)
+-- KEYS[7]  redwheel:{N}:ready     LIST  ids that are due, in due order
 -- ARGV[1]  'r' (ARGV[2] is a delay in ms, added to the server's TIME)
 --          or 'a' (ARGV[2] is an absolute due in epoch ms; a past one is clamped to now)
 -- ARGV[2]  the delay or the due time, a non-negative integer in decimal
@@ -23,7 +24,11 @@
 --        written then.
 --
 -- Invariant: a message is in `delayed` iff it has a `msg` entry and has not yet been
--- transferred; both are written together. Due times never come from a client clock
+-- transferred; both are written together. A message due now (due <= the server's now) while
+-- nothing in `delayed` is due goes straight to the tail of `ready` instead, as transfer.lua
+-- would move it (in due order: everything before it on `ready` is due too, nothing due waits
+-- in `delayed`), without the ZADD and the transfer's work: one RPUSH, and, when `ready` was
+-- empty, the wake-up with its due time as for a new head. Due times never come from a client clock
 -- for relative delays. `wake` carries the due time only when it is earlier than every
 -- due already waiting (the message became the head), so transfer tasks learn about
 -- earlier heads, never later ones; `head` is lowered to it likewise. The length never
@@ -51,6 +56,16 @@ if redis.call('HSETNX', KEYS[2], ARGV[3], dues .. ':' .. ARGV[4]) == 0 then
   return -1
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if due <= now and (head[2] == nil or tonumber(head[2]) > now) then
+  -- Onto an empty `ready`, announced as a new head of `delayed` is: every process's transfer
+  -- job runs now and wakes the takes and claims waiting in it (async ones wait for that, not
+  -- on the list). Onto a non-empty one, nobody waits for it: whoever takes what is there
+  -- wakes the next waiter.
+  if redis.call('RPUSH', KEYS[7], ARGV[3]) == 1 then
+    redis.call('SPUBLISH', KEYS[3], dues)
+  end
+  return due
+end
 redis.call('ZADD', KEYS[1], dues, ARGV[3])
 if head[2] == nil or due < tonumber(head[2]) then
   -- (A due later than the delayed head is above the lower bound already.)

@@ -8,6 +8,7 @@
 -- KEYS[4]  redwheel:{N}:head      HASH  field `due`: lower bound of every due and deadline (head.lua)
 -- KEYS[5]  redwheel:{N}:controls  HASH  max_len (absent: no bound)
 -- KEYS[6]  redwheel:{N}:dead      ZSET  the dead letters (not counted in the length)
+-- KEYS[7]  redwheel:{N}:ready     LIST  ids that are due, in due order
 -- ARGV[1]  'r' (each time below is a delay in ms, added to the server's TIME) or 'a' (each
 --          is an absolute due in epoch ms; past ones are clamped to now)
 -- ARGV[2]  'k' (ids are the caller's: keep a known id as it is, and reply per message) or
@@ -27,62 +28,94 @@
 -- Invariant: as offer.lua, for every message of the batch (with 'k', an id repeated within
 -- the batch is added once); one SPUBLISH at most, of the earliest due added, and only when
 -- it is earlier than every due already waiting (`head` is lowered to it likewise). Fresh ids
--- are looked up too, before anything is written: a message is never overwritten. All or
--- nothing under max_len: the length never passes it. (lower_head comes from head.lua, full
+-- are looked up too, before anything is written (one HMGET for the batch): a message is never
+-- overwritten. All or nothing under max_len: the length never passes it. When nothing in
+-- `delayed` is due, the messages due now (due <= the server's now) go straight to the tail of
+-- `ready`, in batch order, with one RPUSH, as transfer.lua would move them (see offer.lua),
+-- and the one SPUBLISH is of now when `ready` was empty; the others go to `delayed`. (lower_head comes from head.lua, full
 -- and due_at from offer_lib.lua, put in front of this script by scripts.rs.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local check = ARGV[2] == 'k'
 local n = (#ARGV - 2) / 3
-local zargs = {}
-local hargs = {}
-local added = {}
-local seen = {}
-local min_due
+local ids = {}
+for i = 1, n do
+  ids[i] = ARGV[3 * i + 1]
+end
+local known = redis.call('HMGET', KEYS[2], unpack(ids))
 if not check then
-  for i = 0, n - 1 do
-    if redis.call('HEXISTS', KEYS[2], ARGV[3 * i + 4]) == 1 then
+  for i = 1, n do
+    if known[i] then
       return -1
     end
   end
 end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+-- Due-now messages may skip `delayed` only while nothing there is due.
+local direct = head[2] == nil or tonumber(head[2]) > now
+local zargs = {}
+local hargs = {}
+local rargs = {}
+local added = {}
+local seen = {}
+local min_due
+-- The previous message's time and due (a batch usually repeats one delay).
+local last_value, due, dues
 for i = 0, n - 1 do
-  local due = due_at(ARGV[1], ARGV[3 * i + 3], now)
-  if due > 9007199254740992 then
-    return redis.error_reply('ERR redwheel: due overflows')
+  local value = ARGV[3 * i + 3]
+  if value ~= last_value then
+    due = due_at(ARGV[1], value, now)
+    if due > 9007199254740992 then
+      return redis.error_reply('ERR redwheel: due overflows')
+    end
+    dues = string.format('%d', due)
+    last_value = value
   end
-  local id = ARGV[3 * i + 4]
-  if check and (seen[id] or redis.call('HEXISTS', KEYS[2], id) == 1) then
+  local id = ids[i + 1]
+  if check and (seen[id] or known[i + 1]) then
     added[i + 1] = 0
   else
     seen[id] = true
     added[i + 1] = 1
-    local dues = string.format('%d', due)
-    zargs[#zargs + 1] = dues
-    zargs[#zargs + 1] = id
     hargs[#hargs + 1] = id
     hargs[#hargs + 1] = dues .. ':' .. ARGV[3 * i + 5]
-    if min_due == nil or due < min_due then
-      min_due = due
+    if direct and due <= now then
+      rargs[#rargs + 1] = id
+    else
+      zargs[#zargs + 1] = dues
+      zargs[#zargs + 1] = id
+      if min_due == nil or due < min_due then
+        min_due = due
+      end
     end
   end
 end
 local reply = added
 if not check then
-  reply = #zargs / 2
+  reply = #hargs / 2
 end
-if #zargs == 0 then
+if #hargs == 0 then
   return reply
 end
-local refused = full(KEYS[5], KEYS[2], KEYS[6], #zargs / 2)
+local refused = full(KEYS[5], KEYS[2], KEYS[6], #hargs / 2)
 if refused then
   return refused
 end
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[1], unpack(zargs))
 redis.call('HSET', KEYS[2], unpack(hargs))
-if head[2] == nil or min_due < tonumber(head[2]) then
-  lower_head(KEYS[4], min_due)
+if #zargs > 0 then
+  redis.call('ZADD', KEYS[1], unpack(zargs))
+  if head[2] == nil or min_due < tonumber(head[2]) then
+    lower_head(KEYS[4], min_due)
+  else
+    min_due = nil
+  end
+end
+if #rargs > 0 and redis.call('RPUSH', KEYS[7], unpack(rargs)) == #rargs then
+  -- Onto an empty `ready`: announced as a new head is (see offer.lua), so the transfer jobs
+  -- wake the waiting takes.
+  min_due = now
+end
+if min_due then
   redis.call('SPUBLISH', KEYS[3], string.format('%d', min_due))
 end
 return reply

@@ -58,33 +58,36 @@ local function now_us()
 end
 
 -- Reply records (queue/request.rs). Each take or claim call is a request: a record key of
--- its own slot (KEYS, a HASH with one field 'r' and a TTL) and a request number that grows
--- within the slot. A request sent again after its reply was lost must answer what it did
--- the first time, never hand out more.
+-- its own slot (KEYS, a STRING with a TTL: "<request number>:<cmsgpack of the list>") and a
+-- request number that grows within the slot. A request sent again after its reply was lost
+-- must answer what it did the first time, never hand out more. (Only the process that owns
+-- a slot writes or reads its record, so the record's format is that process's own.)
 --
 -- replay(record, seq) returns:
 --   nil        no record of this request: run it (the slot's record, if any, is older);
 --   false      the record is of a later request of the slot: this is an old attempt of an
 --              earlier call, reaching Redis late; do nothing;
 --   r          this very request ran before: r is what remember() stored, answer from it.
+-- Only the request number is parsed unless it is this request's: the common call (a newer
+-- request than the record) unpacks nothing.
 local function replay(record, seq)
-  local packed = redis.call('HGET', record, 'r')
+  local packed = redis.call('GET', record)
   if not packed then
     return nil
   end
-  local r = cmsgpack.unpack(packed)
-  if r[1] == seq then
-    return r
+  local colon = string.find(packed, ':', 1, true)
+  local rseq = tonumber(string.sub(packed, 1, colon - 1))
+  if rseq == seq then
+    return cmsgpack.unpack(string.sub(packed, colon + 1))
   end
-  if r[1] > seq then
+  if rseq > seq then
     return false
   end
   return nil
 end
 
 -- remember(record, r, ttl) stores r (a list whose first element is the request number) as
--- the slot's reply record for ttl ms, replacing the slot's previous one.
+-- the slot's reply record for ttl ms, replacing the slot's previous one: one SET with PX.
 local function remember(record, r, ttl)
-  redis.call('HSET', record, 'r', cmsgpack.pack(r))
-  redis.call('PEXPIRE', record, ttl)
+  redis.call('SET', record, string.format('%d', r[1]) .. ':' .. cmsgpack.pack(r), 'PX', ttl)
 end

@@ -7,7 +7,7 @@
 -- KEYS[4]  redwheel:{N}:counts       HASH  'delivered' -> messages handed out so far (take and
 --                                          claim); 'expired' -> messages that expired
 -- KEYS[5]  redwheel:{N}:stale        HASH  id -> entries of `ready` left by removed messages
--- KEYS[6]  redwheel:{N}:reply:<process>.<slot>  HASH  this request's reply record (TTL)
+-- KEYS[6]  redwheel:{N}:reply:<process>.<slot>  STRING  this request's reply record (TTL)
 -- KEYS[7]  redwheel:{N}:controls     HASH  paused, rate_max, rate_per (ms), priorities, ttls
 -- KEYS[8]  redwheel:{N}:prioritized  ZSET  due messages of priority 1..9
 -- KEYS[9]  redwheel:{N}:priority     HASH  id -> priority (1..9)

@@ -88,19 +88,8 @@ fn a_message_whose_wake_up_was_lost_is_moved_by_the_guard_sweep() {
     // listens.
     let added = run_script(
         &server,
-        &[
-            include_str!("../lua/head.lua"),
-            include_str!("../lua/offer_lib.lua"),
-            include_str!("../lua/offer.lua"),
-        ],
-        &[
-            "redwheel:{sweep}:delayed",
-            "redwheel:{sweep}:msg",
-            NOWHERE,
-            "redwheel:{sweep}:head",
-            "redwheel:{sweep}:controls",
-            "redwheel:{sweep}:dead",
-        ],
+        &offer_sources(false),
+        &OFFER_KEYS,
         &["r", "100", "lost", "payload"],
     );
     assert!(matches!(added, redis::Value::Int(due) if due > 0));
@@ -184,4 +173,106 @@ fn a_schedule_whose_announcement_was_lost_fires_after_the_guard_sweep() {
     assert_eq!(m.id().as_str(), format!("sched:hourly:{first}"));
     assert_eq!(m.payload(), "quiet");
     let _ = SystemTime::now();
+}
+
+/// `offer.lua`'s keys for queue `sweep`, in its order (the wake-up
+/// channel where nobody listens).
+const OFFER_KEYS: [&str; 7] = [
+    "redwheel:{sweep}:delayed",
+    "redwheel:{sweep}:msg",
+    NOWHERE,
+    "redwheel:{sweep}:head",
+    "redwheel:{sweep}:controls",
+    "redwheel:{sweep}:dead",
+    "redwheel:{sweep}:ready",
+];
+
+/// `offer.lua` or (`batch`) `offer_batch.lua`, as scripts.rs builds them.
+fn offer_sources(batch: bool) -> [&'static str; 3] {
+    [
+        include_str!("../lua/head.lua"),
+        include_str!("../lua/offer_lib.lua"),
+        if batch {
+            include_str!("../lua/offer_batch.lua")
+        } else {
+            include_str!("../lua/offer.lua")
+        },
+    ]
+}
+
+#[test]
+fn a_message_due_now_goes_straight_to_ready_when_nothing_is_due_in_delayed() {
+    // No process has the queue open: no transfer runs, so where the
+    // script put the messages is where they are.
+    let server = RedisServer::start();
+    server.cmd(&["ZADD", "redwheel:{sweep}:delayed", "9999999999999", "later"]);
+    server.cmd(&[
+        "HSET",
+        "redwheel:{sweep}:msg",
+        "later",
+        "9999999999999:later",
+    ]);
+    let added = run_script(
+        &server,
+        &offer_sources(false),
+        &OFFER_KEYS,
+        &["r", "0", "now", "p"],
+    );
+    assert!(matches!(added, redis::Value::Int(due) if due > 0));
+    let batch = run_script(
+        &server,
+        &offer_sources(true),
+        &OFFER_KEYS,
+        &["r", "n", "0", "b1", "p", "60000", "b2", "p", "0", "b3", "p"],
+    );
+    assert_eq!(batch, redis::Value::Int(3));
+    assert_eq!(
+        server.cmd(&["LRANGE", "redwheel:{sweep}:ready", "0", "-1"]),
+        "*3\r\n$3\r\nnow\r\n$2\r\nb1\r\n$2\r\nb3\r\n",
+        "the due ones, in offer order"
+    );
+    assert_eq!(
+        server.int(&["ZCARD", "redwheel:{sweep}:delayed"]),
+        2,
+        "later and b2"
+    );
+    assert_eq!(server.int(&["HLEN", "redwheel:{sweep}:msg"]), 5);
+}
+
+#[test]
+fn a_message_due_now_waits_behind_due_messages_still_in_delayed() {
+    let server = RedisServer::start();
+    // Due a second ago and not yet moved (its transfer has not run).
+    let past = (server.time_ms() - 1_000).to_string();
+    server.cmd(&["ZADD", "redwheel:{sweep}:delayed", &past, "early"]);
+    server.cmd(&[
+        "HSET",
+        "redwheel:{sweep}:msg",
+        "early",
+        &format!("{past}:early"),
+    ]);
+    run_script(
+        &server,
+        &offer_sources(false),
+        &OFFER_KEYS,
+        &["r", "0", "late", "late"],
+    );
+    run_script(
+        &server,
+        &offer_sources(true),
+        &OFFER_KEYS,
+        &["r", "n", "0", "last", "last"],
+    );
+    assert_eq!(server.int(&["LLEN", "redwheel:{sweep}:ready"]), 0);
+    let rw = server.connect();
+    let q = open(&rw);
+    let order: Vec<String> = (0..3)
+        .map(|_| {
+            let q = q.clone();
+            within(HANG, move || q.poll(Duration::from_secs(30)).unwrap())
+                .expect("due")
+                .into_payload()
+        })
+        .collect();
+    assert_eq!(order, ["early", "late", "last"], "in due order");
 }

@@ -101,7 +101,8 @@ fn four_transfer_tasks_move_one_queue_without_duplicates() {
                 .unwrap()
         })
         .collect();
-    // Producers on every instance, messages due over about one second.
+    // Producers on every instance, messages due over about one second
+    // (none due at once: those skip the transfer, straight to `ready`).
     let per = N / 4;
     let producers: Vec<_> = queues
         .iter()
@@ -113,7 +114,7 @@ fn four_transfer_tasks_move_one_queue_without_duplicates() {
                     let batch: Vec<(String, Duration)> = (0..1_000)
                         .map(|i| {
                             let n = p * per + chunk * 1_000 + i;
-                            (n.to_string(), Duration::from_millis((n % 1_000) as u64))
+                            (n.to_string(), Duration::from_millis(1 + (n % 1_000) as u64))
                         })
                         .collect();
                     q.offer_batch(&batch).unwrap();

@@ -203,7 +203,15 @@ fn a_least_privilege_acl_user_runs_every_queue_operation() {
     let other =
         Redwheel::connect(&format!("redis://app:s3cret@127.0.0.1:{}/", server.port())).unwrap();
     drop(other);
-    let denied = server.cmd(&["ACL", "DRYRUN", "app", "GET", "redwheel:{x}:msg"]);
+    let denied = server.cmd(&[
+        "ACL",
+        "DRYRUN",
+        "app",
+        "LRANGE",
+        "redwheel:{x}:ready",
+        "0",
+        "-1",
+    ]);
     assert!(denied.contains("no permissions"), "{denied}");
     let denied = server.cmd(&["ACL", "DRYRUN", "app", "SET", "other", "1"]);
     assert!(denied.contains("no permissions"), "{denied}");

@@ -420,7 +420,7 @@ fn partly_full(e: Error, done: usize, total: usize) -> Error {
 }
 
 /// `offer.lua`'s and `offer_batch.lua`'s keys, in their order.
-pub(super) fn offer_keys(keys: &Keys) -> [&str; 6] {
+pub(super) fn offer_keys(keys: &Keys) -> [&str; 7] {
     [
         &keys.delayed,
         &keys.msg,
@@ -428,6 +428,7 @@ pub(super) fn offer_keys(keys: &Keys) -> [&str; 6] {
         &keys.head,
         &keys.controls,
         &keys.dead,
+        &keys.ready,
     ]
 }
 

@@ -6,8 +6,8 @@
 //! claim one for nobody and count an attempt twice (claim). So every call
 //! is a *request*: a reply-record key of its own slot and a request number.
 //! The script (`take.lua`, `claim.lua`, with their shared part in
-//! `ready_pop.lua`) records what it handed out under that key (a HASH with
-//! one field, for [`REPLY_TTL`]); the same request sent again finds the
+//! `ready_pop.lua`) records what it handed out under that key (a STRING,
+//! for [`REPLY_TTL`]); the same request sent again finds the
 //! record and answers what the first one did (a claim's visibility starting
 //! again from the replay), so the caller resends it until it gets an
 //! answer, and learns the truth.

@@ -43,13 +43,15 @@ fn queue_counters_move_by_exactly_what_the_traffic_did() {
         let label = [("queue", "m-reliable")];
         let before = Scrape::of(&http);
 
-        // Three messages due at once: the transfer moves them to ready.
+        // Three messages due in 1 ms (one due now would skip the transfer,
+        // straight to ready): the transfer moves them to ready.
         q.offer_batch(&[
-            ("acked".to_string(), Duration::ZERO),
-            ("nacked".to_string(), Duration::ZERO),
+            ("acked".to_string(), Duration::from_millis(1)),
+            ("nacked".to_string(), Duration::from_millis(1)),
         ])
         .unwrap();
-        q.offer(&"expiring".to_string(), Duration::ZERO).unwrap();
+        q.offer(&"expiring".to_string(), Duration::from_millis(1))
+            .unwrap();
         until("the transfer of 3", || {
             (q.transfer_stats().moved == 3).then_some(())
         });
@@ -144,7 +146,8 @@ fn a_claim_that_expires_at_the_delivery_limit_counts_as_dead_lettered_not_transf
             .unwrap();
         let label = [("queue", "m-expiry-dies")];
         let start = Scrape::of(&http);
-        q.offer(&"abandoned".to_string(), Duration::ZERO).unwrap();
+        q.offer(&"abandoned".to_string(), Duration::from_millis(1))
+            .unwrap();
         let d = q.claim(WAIT).unwrap().expect("the message");
         assert_eq!(d.attempt(), 1);
         // The claim may return before the driver has counted the transfer
@@ -196,11 +199,11 @@ fn take_counts_deliveries_and_records_their_lateness() {
         // An idempotent offer of a known id adds nothing.
         let id = redwheel::MessageId::from("fixed");
         assert!(
-            q.offer_with_id(&id, &"x".to_string(), Duration::ZERO)
+            q.offer_with_id(&id, &"x".to_string(), Duration::from_millis(1))
                 .unwrap()
         );
         assert!(
-            !q.offer_with_id(&id, &"x".to_string(), Duration::ZERO)
+            !q.offer_with_id(&id, &"x".to_string(), Duration::from_millis(1))
                 .unwrap()
         );
         for _ in 0..5 {
@@ -233,7 +236,7 @@ fn an_ack_of_a_message_already_gone_is_not_counted() {
         let http = endpoint();
         let q = rw.queue::<String>("m-gone").unwrap();
         let label = [("queue", "m-gone")];
-        q.offer(&"x".to_string(), Duration::ZERO).unwrap();
+        q.offer(&"x".to_string(), Duration::from_millis(1)).unwrap();
         // The handler removes its own message: the pool's ack, sent with
         // its next claim, finds it gone. Nothing was acked.
         let (tx, rx) = std::sync::mpsc::channel();
@@ -302,7 +305,8 @@ fn backlog_gauges_match_what_stats_returned() {
                 .unwrap();
         }
         for _ in 0..3 {
-            q.offer(&"now".to_string(), Duration::ZERO).unwrap();
+            q.offer(&"now".to_string(), Duration::from_millis(1))
+                .unwrap();
         }
         until("the transfer of 3", || {
             (q.transfer_stats().moved == 3).then_some(())
