@@ -21,7 +21,7 @@
 //! | name | type | meaning |
 //! | --- | --- | --- |
 //! | `redwheel_messages_offered_total` | counter | messages added by `offer*` (an `offer_with_id` of a known id adds none) |
-//! | `redwheel_messages_transferred_total` | counter | ids this process's transfer job made ready: due ones moved from delayed, and claims whose visibility expired put back for redelivery |
+//! | `redwheel_messages_transferred_total` | counter | ids this process's transfer job made ready: due ones moved from delayed, and claims whose visibility expired put back for redelivery (an offer due now that goes straight to `ready` is not counted) |
 //! | `redwheel_messages_delivered_total` | counter | messages handed to a consumer by `take`/`poll` and `claim`/`claim_batch`/`consume` |
 //! | `redwheel_messages_acked_total` | counter | acks that deleted their message (`Delivery::ack`, and the consumer pool's acks); refused ones (stale deliveries) and those that found the message gone already (removed, or acked by an earlier attempt) are not counted |
 //! | `redwheel_messages_nacked_total` | counter | nacks accepted (`Delivery::nack`, a consumer handler's failure, a release at shutdown): the message was scheduled again or dead-lettered |
