@@ -255,13 +255,15 @@ fn a_message_due_now_waits_behind_due_messages_still_in_delayed() {
         &server,
         &offer_sources(false),
         &OFFER_KEYS,
-        &["r", "0", "late", "late"],
+        &["r", "0", "m1", "late"],
     );
+    // Its id orders after m1's: the two may fall due in the same
+    // millisecond, and ids order such ties (as the client's ids do).
     run_script(
         &server,
         &offer_sources(true),
         &OFFER_KEYS,
-        &["r", "n", "0", "last", "last"],
+        &["r", "n", "0", "m2", "last"],
     );
     assert_eq!(server.int(&["LLEN", "redwheel:{sweep}:ready"]), 0);
     let rw = server.connect();

@@ -300,7 +300,8 @@ fn a_listener_beyond_loopback_answers_only_the_hosts_it_is_given() {
     let web = Web::start_listening(&redis.url(), "0.0.0.0:0", &["--read-only"]);
     let addr = web.addr;
     let port = addr.port();
-    wait_answering(addr, "/api/status", Duration::from_secs(60));
+    // /api/queues answers 503 until the first scan of the queues is in.
+    wait_answering(addr, "/api/queues", Duration::from_secs(60));
     let host = |h: &str| http(addr, "GET", "/api/queues", &[("Host", h)]).status;
     // A name rebound to this machine is refused; an address is no
     // rebinding (the page's origin would be that address).

@@ -327,7 +327,7 @@ fn a_waker_that_panics_on_the_io_thread_does_not_end_it() {
 
 #[test]
 fn an_ack_whose_waker_panics_does_not_stop_the_queues_later_acks() {
-    let (_server, rw) = async_common::setup();
+    let (server, rw) = async_common::setup();
     let q = rw.queue::<String>("boom-ack").unwrap();
     warm_up(&q);
     for p in ["a", "b"] {
@@ -337,11 +337,14 @@ fn an_ack_whose_waker_panics_does_not_stop_the_queues_later_acks() {
     assert_eq!(d.len(), 2);
     let boom = Arc::new(Boom::default());
     let mut first = Manual::new(d[0].ack_async());
-    assert!(
-        first
-            .poll_with(&Waker::from(Arc::clone(&boom)))
-            .is_pending()
-    );
+    // Frozen, the server cannot answer before the first poll returns, so
+    // the answer comes through the waker.
+    server.signal("STOP");
+    let pending = first
+        .poll_with(&Waker::from(Arc::clone(&boom)))
+        .is_pending();
+    server.signal("CONT");
+    assert!(pending);
     wait_for("the panicking waker to be woken", || {
         boom.0.load(Ordering::SeqCst)
     });
