@@ -426,13 +426,6 @@ impl Placed for SlotRef {
 
     #[inline(always)]
     fn prefetch(&self) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        // SAFETY: a prefetch is a hint: it reads nothing the program can
-        // observe and never faults, whatever the address (this one is a
-        // live slot anyway); SSE, which it needs, is part of x86-64.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().cast::<i8>());
-        }
+        super::prefetch::read(self.0.as_ptr());
     }
 }

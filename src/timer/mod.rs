@@ -131,6 +131,7 @@ mod entry;
 mod handle;
 mod local;
 mod pool;
+mod prefetch;
 mod producer;
 mod ring;
 mod shared;

@@ -23,6 +23,7 @@ use std::mem::{align_of, size_of};
 use std::ptr::{self, NonNull};
 
 use super::entry::{Slot, SlotRef, link_of, set_link};
+use super::prefetch;
 
 mod blocks;
 
@@ -33,6 +34,10 @@ use super::sync::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, UnsafeCell, fenc
 /// Bytes of a chunk; also its alignment, so that a slot's chunk is its
 /// address rounded down.
 const CHUNK: usize = 4096;
+
+/// How many slots ahead of the one it hands out `alloc` prefetches (160
+/// bytes: W1 and W6 5–8 % faster than without, 4 or 8 alike).
+const PREFETCH_AHEAD: usize = 4;
 
 /// Bytes in front of a chunk's slots.
 const CHUNK_HEADER: usize = 16;
@@ -190,6 +195,12 @@ impl Pool {
             }
             let index = l.bump_next;
             l.bump_next += 1;
+            if index + PREFETCH_AHEAD < SLOTS_PER_CHUNK {
+                // The slot a few allocations on, owned before it is filled
+                // (`prefetch.rs`).
+                // SAFETY: in bounds of the live chunk.
+                prefetch::write(unsafe { slot_at(l.bump, index + PREFETCH_AHEAD) }.as_ptr());
+            }
             // SAFETY: `bump` is a live chunk and `index` is in bounds; the
             // pointer keeps the chunk's provenance.
             Some(unsafe { slot_at(l.bump, index) })
@@ -436,7 +447,7 @@ pub(crate) fn release_into(slot: SlotRef, frees: &mut Frees) {
         return;
     }
     let pool = pool_of(slot.0);
-    if pool.on_owner_thread() {
+    if pool.thread == frees.thread {
         // SAFETY: that was the last reference.
         unsafe { free(slot) };
         return;
@@ -481,6 +492,9 @@ pub(crate) struct Frees {
     first: *mut Slot,
     last: *mut Slot,
     n: usize,
+    /// The thread this runs on (`thread_id`, read once: a `Frees` stays on
+    /// the thread that made it, being neither `Send` nor `Sync`).
+    thread: u64,
 }
 
 impl Frees {
@@ -490,6 +504,7 @@ impl Frees {
             first: ptr::null_mut(),
             last: ptr::null_mut(),
             n: 0,
+            thread: thread_id(),
         }
     }
 

@@ -204,14 +204,20 @@ pub(crate) fn run_task(timeout: &Timeout) {
     // SAFETY: the worker made the timeout EXPIRED and hands its task to
     // exactly one runner: itself, or the job (which runs it once).
     let run = || unsafe { timeout.slot.run_task() };
-    catch_logged("a timer task", Some(timeout.deadline()), run);
+    catch_logged("a timer task", || Some(timeout.deadline()), run);
 }
 
 /// Runs user code on the worker thread (`who`: a task, its drop, the
 /// executor), catching a panic and logging it at WARN with the deadline of
-/// the timeout involved, if one is, so that the worker goes on.
-pub(crate) fn catch_logged(who: &str, deadline: Option<Duration>, f: impl FnOnce()) {
+/// the timeout involved, if one is, so that the worker goes on. The
+/// deadline is looked up only for the log line.
+pub(crate) fn catch_logged(
+    who: &str,
+    deadline: impl FnOnce() -> Option<Duration>,
+    f: impl FnOnce(),
+) {
     if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+        let deadline = deadline();
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
@@ -231,7 +237,7 @@ pub(crate) fn catch_logged(who: &str, deadline: Option<Duration>, f: impl FnOnce
 /// # Safety
 /// As [`SlotRef::drop_task`]: the caller owns the task.
 pub(crate) unsafe fn drop_task_logged(slot: SlotRef) {
-    let deadline = Some(slot.deadline_duration());
+    let deadline = || Some(slot.deadline_duration());
     // SAFETY: forwarded.
     catch_logged("a timer task's drop", deadline, || unsafe {
         slot.drop_task()

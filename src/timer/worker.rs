@@ -440,9 +440,11 @@ impl Worker {
         );
         drop(frees);
         if handed_over && let Some(executor) = &shared.executor {
-            catch_logged("the executor's end_of_tick", None, || {
-                executor.end_of_tick()
-            });
+            catch_logged(
+                "the executor's end_of_tick",
+                || None,
+                || executor.end_of_tick(),
+            );
         }
     }
 }
@@ -507,16 +509,20 @@ fn fire(shared: &Shared, removed: &mut u64, slot: Pending) -> Fired {
             // unwinds, drops the task (or the executor kept it).
             let deadline = Some(slot.deadline_duration());
             let mut rejected = None;
-            catch_logged("the executor's execute", deadline, || {
-                rejected = executor.execute(Job::new(Timeout { slot })).err();
-            });
+            catch_logged(
+                "the executor's execute",
+                || deadline,
+                || {
+                    rejected = executor.execute(Job::new(Timeout { slot })).err();
+                },
+            );
             if let Some(job) = rejected {
                 tracing::warn!(
                     target: "redwheel::timer",
                     deadline = ?deadline,
                     "the executor rejected an expired timer task; it will not run"
                 );
-                catch_logged("a timer task's drop", deadline, || drop(job));
+                catch_logged("a timer task's drop", || deadline, || drop(job));
             }
             Fired::HandedOver
         }
