@@ -200,6 +200,7 @@ impl fmt::Debug for Job {
 /// Runs the timeout's task, catching and logging a panic.
 /// Called once per expired timeout (by the worker, or by its [`Job`]), by
 /// whoever holds its task.
+#[inline]
 pub(crate) fn run_task(timeout: &Timeout) {
     // SAFETY: the worker made the timeout EXPIRED and hands its task to
     // exactly one runner: itself, or the job (which runs it once).
@@ -211,13 +212,23 @@ pub(crate) fn run_task(timeout: &Timeout) {
 /// executor), catching a panic and logging it at WARN with the deadline of
 /// the timeout involved, if one is, so that the worker goes on. The
 /// deadline is looked up only for the log line.
+#[inline]
 pub(crate) fn catch_logged(
     who: &str,
     deadline: impl FnOnce() -> Option<Duration>,
     f: impl FnOnce(),
 ) {
     if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
-        let deadline = deadline();
+        log_panic(who, deadline(), panic);
+    }
+}
+
+/// The log line of a panic that `catch_logged` caught (out of the line of
+/// the call that did not panic).
+#[cold]
+#[inline(never)]
+fn log_panic(who: &str, deadline: Option<Duration>, panic: Box<dyn std::any::Any + Send>) {
+    {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
