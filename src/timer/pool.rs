@@ -36,7 +36,8 @@ use super::sync::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, UnsafeCell, fenc
 const CHUNK: usize = 4096;
 
 /// How many slots ahead of the one it hands out `alloc` prefetches (160
-/// bytes: W1 and W6 5–8 % faster than without, 4 or 8 alike).
+/// bytes: W1 5 % and W6 8–15 % faster than without, 4 or 8 alike; W5's
+/// drain about 1 ms longer, BENCHMARKS.md's timer log).
 const PREFETCH_AHEAD: usize = 4;
 
 /// Bytes in front of a chunk's slots.

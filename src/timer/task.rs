@@ -228,18 +228,16 @@ pub(crate) fn catch_logged(
 #[cold]
 #[inline(never)]
 fn log_panic(who: &str, deadline: Option<Duration>, panic: Box<dyn std::any::Any + Send>) {
-    {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string panic payload".to_owned());
-        tracing::warn!(
-            target: "redwheel::timer",
-            deadline = ?deadline,
-            "{who} panicked: {what}"
-        );
-    }
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned());
+    tracing::warn!(
+        target: "redwheel::timer",
+        deadline = ?deadline,
+        "{who} panicked: {what}"
+    );
 }
 
 /// Drops a task the worker holds (a cancelled or refused timeout's),
