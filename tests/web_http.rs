@@ -25,7 +25,8 @@ const HOUR: Duration = Duration::from_secs(3_600);
 const PAGE_BOUND: Duration = Duration::from_secs(2);
 
 /// A Redis with queue `q1` (one delayed message) and a dashboard process
-/// on it, answering.
+/// on it, answering, its first scan of the queues in (`/api/queues`
+/// answers 503 before it).
 fn setup(extra: &[&str]) -> (RedisServer, Redwheel, Web) {
     let redis = RedisServer::start();
     let rw = Redwheel::connect(&redis.url()).unwrap();
@@ -34,7 +35,7 @@ fn setup(extra: &[&str]) -> (RedisServer, Redwheel, Web) {
         .offer(&"m".to_owned(), HOUR)
         .unwrap();
     let web = Web::start(&redis.url(), extra);
-    wait_answering(web.addr, "/api/status", Duration::from_secs(60));
+    wait_answering(web.addr, "/api/queues", Duration::from_secs(60));
     (redis, rw, web)
 }
 
