@@ -46,8 +46,8 @@
 //!   to the ready list only once `due <= TIME`), in due order within a
 //!   priority (higher priorities first), exactly once to the ready list
 //!   however many processes transfer the queue; messages one process
-//!   offers with equal due times and priority, in offer order; never after
-//!   its ttl.
+//!   offers with equal due times and priority, in offer order (with ids of
+//!   the caller's own, in the ids' byte order); never after its ttl.
 //! * **Controls** (pause, rate limit, max in flight, max length) are kept
 //!   in Redis and applied by the scripts in the same atomic step as the
 //!   hand-out or the offer, for every process; see [`QueueOptions`],
