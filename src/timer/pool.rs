@@ -146,7 +146,12 @@ impl Pool {
     /// True on the owning thread.
     #[inline]
     pub(crate) fn on_owner_thread(&self) -> bool {
-        self.thread == thread_id()
+        self.owned_by(thread_id())
+    }
+
+    /// Whether the thread with id `thread` (`thread_id`) owns this pool.
+    fn owned_by(&self, thread: u64) -> bool {
+        self.thread == thread
     }
 
     /// The worker closed the owner's ring (its timer stopped): once the
@@ -448,7 +453,7 @@ pub(crate) fn release_into(slot: SlotRef, frees: &mut Frees) {
         return;
     }
     let pool = pool_of(slot.0);
-    if pool.thread == frees.thread {
+    if pool.owned_by(frees.thread) {
         // SAFETY: that was the last reference.
         unsafe { free(slot) };
         return;
