@@ -10,7 +10,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{RedisServer, free_port};
+use super::RedisServer;
 
 /// Cluster node timeout, in ms: how long a master may be unreachable
 /// before its replica takes over.
@@ -60,7 +60,6 @@ impl RedisCluster {
     fn build(node_timeout_ms: u64, extra: &[&str]) -> RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..6 {
-            let bus = free_port().to_string();
             let timeout = node_timeout_ms.to_string();
             let mut args = vec![
                 "--cluster-enabled",
@@ -70,7 +69,7 @@ impl RedisCluster {
                 "--cluster-node-timeout",
                 &timeout,
                 "--cluster-port",
-                &bus,
+                "{port2}",
                 // A replica may take over however long it was cut off.
                 "--cluster-replica-validity-factor",
                 "0",

@@ -30,6 +30,10 @@ pub struct RedisServer {
     appendonly: bool,
     /// More `redis-server` arguments (TLS, …).
     extra: Vec<String>,
+    /// The port `{port2}` in `extra` stands for (a cluster node's bus, a
+    /// TLS port), picked with the client port at each start attempt and
+    /// kept across restarts.
+    port2: u16,
     child: Option<Child>,
 }
 
@@ -52,7 +56,9 @@ impl RedisServer {
     }
 
     /// Starts a server with more command-line arguments. `{dir}` in an
-    /// argument becomes the server's private directory.
+    /// argument becomes the server's private directory, `{port2}` a second
+    /// port of its own ([`RedisServer::port2`]; picked anew if a start
+    /// attempt fails, kept by `restart`).
     pub fn with_args(args: &[&str]) -> RedisServer {
         RedisServer::start_with(false, args.iter().map(|a| a.to_string()).collect())
     }
@@ -81,11 +87,19 @@ impl RedisServer {
         let mut last_log = String::new();
         for _attempt in 0..5 {
             let port = free_port();
+            // A new second port with every attempt too: the one an attempt
+            // found taken stays taken.
+            let port2 = if extra.iter().any(|a| a.contains("{port2}")) {
+                free_port()
+            } else {
+                0
+            };
             let mut server = RedisServer {
                 port,
                 dir: dir.clone(),
                 appendonly,
                 extra: extra.clone(),
+                port2,
                 child: None,
             };
             if server.spawn_and_wait() {
@@ -112,6 +126,12 @@ impl RedisServer {
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The port `{port2}` stood for in [`RedisServer::with_args`] (0 if
+    /// none did).
+    pub fn port2(&self) -> u16 {
+        self.port2
     }
 
     fn log_path(&self) -> PathBuf {
@@ -143,7 +163,12 @@ impl RedisServer {
             cmd.args(["--appendonly", "no"]);
         }
         let dir = self.dir.display().to_string();
-        cmd.args(self.extra.iter().map(|a| a.replace("{dir}", &dir)));
+        let port2 = self.port2.to_string();
+        cmd.args(
+            self.extra
+                .iter()
+                .map(|a| a.replace("{dir}", &dir).replace("{port2}", &port2)),
+        );
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

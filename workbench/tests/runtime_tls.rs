@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use redwheel::{ErrorKind, Redwheel, RedwheelOptions};
-use support::{RedisServer, ScratchDir, free_port, within};
+use support::{RedisServer, ScratchDir, within};
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -42,11 +42,10 @@ fn make_certificates(dir: &Path) -> String {
 fn tls_server() -> (RedisServer, u16, String, ScratchDir) {
     let certs = RedisServer::scratch_dir("tls");
     let ca = make_certificates(&certs);
-    let tls_port = free_port();
     let file = |name: &str| certs.join(name).display().to_string();
     let server = RedisServer::with_args(&[
         "--tls-port",
-        &tls_port.to_string(),
+        "{port2}",
         "--tls-cert-file",
         &file("server.crt"),
         "--tls-key-file",
@@ -56,6 +55,7 @@ fn tls_server() -> (RedisServer, u16, String, ScratchDir) {
         "--tls-auth-clients",
         "no",
     ]);
+    let tls_port = server.port2();
     (server, tls_port, ca, certs)
 }
 
